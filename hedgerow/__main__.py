@@ -1,0 +1,5 @@
+import sys
+
+from hedgerow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""kernels (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""operator (see DESIGN.md)."""

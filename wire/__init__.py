@@ -1,0 +1,1 @@
+"""wire (see DESIGN.md)."""
