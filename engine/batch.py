@@ -1,0 +1,73 @@
+"""The ragged batch: one flat token axis and cumulative offsets, no padding.
+
+`input_ids` int32 [T], `cu_seqlens` int32 [B+1] (0 first, strictly increasing, T last),
+`max_seqlen` the longest sequence. The same names are used from the wire to the kernels.
+"""
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from hedgerow.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class RaggedBatch:
+    input_ids: torch.Tensor   # int32 [T], on the host
+    cu_seqlens: torch.Tensor  # int32 [B+1], on the host
+    max_seqlen: int
+
+    @property
+    def num_seqs(self) -> int:
+        return self.cu_seqlens.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.numel()
+
+    @classmethod
+    def from_sequences(cls, sequences: Sequence[Sequence[int]]) -> "RaggedBatch":
+        """Pack token-id lists into one ragged batch; every sequence must be non-empty."""
+        if not sequences:
+            raise InvalidInputError("a batch needs at least one sequence")
+        lengths = [len(seq) for seq in sequences]
+        if min(lengths) == 0:
+            raise InvalidInputError(f"sequence {lengths.index(0)} is empty")
+        flat = [token for seq in sequences for token in seq]
+        cu = [0]
+        for length in lengths:
+            cu.append(cu[-1] + length)
+        return cls(
+            input_ids=torch.tensor(flat, dtype=torch.int32),
+            cu_seqlens=torch.tensor(cu, dtype=torch.int32),
+            max_seqlen=max(lengths),
+        )
+
+    @classmethod
+    def from_arrays(cls, input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> "RaggedBatch":
+        """Wrap arrays that already hold the layout, checking it; raises InvalidInputError."""
+        if input_ids.dtype != torch.int32 or cu_seqlens.dtype != torch.int32:
+            raise InvalidInputError("input_ids and cu_seqlens must be int32")
+        if input_ids.dim() != 1 or cu_seqlens.dim() != 1:
+            raise InvalidInputError("input_ids and cu_seqlens must be one-dimensional")
+        if cu_seqlens.numel() < 2:
+            raise InvalidInputError("cu_seqlens needs at least two entries (one sequence)")
+        if int(cu_seqlens[0]) != 0:
+            raise InvalidInputError(f"cu_seqlens must start at 0, not {int(cu_seqlens[0])}")
+        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+        if bool((lengths <= 0).any()):
+            first = int(torch.nonzero(lengths <= 0)[0])
+            raise InvalidInputError(
+                f"cu_seqlens must be strictly increasing: sequence {first} has length "
+                f"{int(lengths[first])}"
+            )
+        if int(cu_seqlens[-1]) != input_ids.numel():
+            raise InvalidInputError(
+                f"cu_seqlens ends at {int(cu_seqlens[-1])} but input_ids holds "
+                f"{input_ids.numel()} tokens"
+            )
+        return cls(input_ids=input_ids, cu_seqlens=cu_seqlens, max_seqlen=int(lengths.max()))
+
+    def lengths(self) -> list[int]:
+        return (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
