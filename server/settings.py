@@ -1,0 +1,86 @@
+"""The server's one settings object, read once at start (flags and HEDGEROW_* variables).
+
+Owns every knob of the `hedgerow server` process and the checks between them. Knows nothing
+about gRPC or the engine: it is plain data that `main.py` builds and hands down.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hedgerow.errors import ConfigError
+from hedgerow.settings import setting
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model: Path | None = setting(
+        None,
+        "Hugging Face model directory to serve (config.json, safetensors, tokenizer.json). "
+        "Unset serves the packaged all-MiniLM-L6-v2.",
+        unit="path",
+    )
+    host: str = setting(
+        "0.0.0.0",
+        "Address the gRPC and HTTP listeners bind to; 127.0.0.1 keeps them on loopback.",
+    )
+    port: int = setting(
+        50051, "gRPC port (Embedder and grpc.health.v1).", unit="TCP port",
+        minimum=0, maximum=65535,
+    )
+    http_port: int = setting(
+        9090, "HTTP port for /metrics and /warmup.", unit="TCP port", minimum=0, maximum=65535,
+    )
+    device: str = setting(
+        "cpu", "Where the engine runs: `cpu`, `cuda` or `cuda:N`.",
+    )
+    dtype: str = setting(
+        "float32",
+        "Engine compute dtype. bfloat16/float16 halve weight memory and roughly double GPU "
+        "throughput at a small accuracy cost; on CPU float32 is the fast and exact choice.",
+        choices=("float32", "float16", "bfloat16"),
+    )
+    max_batch_tokens: int = setting(
+        2048,
+        "Token budget of one engine step. Larger batches amortise launch cost until the device "
+        "saturates (about 512 tokens for a sub-billion model on a GPU) and then only add latency "
+        "for the requests that share the batch. A single longer sequence still runs alone.",
+        unit="tokens", minimum=1,
+    )
+    max_batch_seqs: int = setting(
+        64,
+        "Most sequences in one engine step. Each distinct sequence count is one CUDA-graph "
+        "configuration, so a larger cap means more graphs (memory, capture time).",
+        unit="sequences", minimum=1,
+    )
+    max_inflight_tokens: int = setting(
+        65536,
+        "Admission bound: tokens accepted but not yet answered (waiting in the pool or on the "
+        "engine). Past it a request gets RESOURCE_EXHAUSTED at once. Higher absorbs bursts at "
+        "the cost of queueing delay and host memory (4 bytes per token plus the results).",
+        unit="tokens", minimum=1,
+    )
+    max_request_tokens: int = setting(
+        16384,
+        "Most tokens one Embed request may carry; the gateway chunks larger inputs. Must not "
+        "exceed --max-inflight-tokens, or such a request could never be admitted.",
+        unit="tokens", minimum=1,
+    )
+    shutdown_grace: float = setting(
+        30.0,
+        "On SIGTERM, how long to keep finishing admitted work before exiting anyway. Keep it "
+        "below the pod's terminationGracePeriodSeconds.",
+        unit="seconds", minimum=0,
+    )
+    log_level: str = setting(
+        "info", "Log verbosity.", choices=("debug", "info", "warning", "error"),
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_request_tokens > self.max_inflight_tokens:
+            raise ConfigError(
+                f"--max-request-tokens ({self.max_request_tokens}) exceeds --max-inflight-tokens "
+                f"({self.max_inflight_tokens}): such a request could never be admitted; raise "
+                "the admission bound or lower the request limit"
+            )
+        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            raise ConfigError(f"--device: {self.device!r} is not cpu, cuda or cuda:N")
