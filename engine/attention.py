@@ -1,0 +1,86 @@
+"""Ragged attention on the CPU, and the interface every attention backend implements.
+
+An attention backend is any callable
+
+    attention(q, k, v, cu_seqlens, max_seqlen, causal) -> out
+
+q: [T, Hq, D], k and v: [T, Hkv, D] (Hq a multiple of Hkv: grouped-query attention), all the
+same float dtype; cu_seqlens: int32 [B+1] on the same device; max_seqlen: int; out: [T, Hq, D].
+Token i attends only to tokens of its own sequence (and, when `causal`, only to those at or
+before it). Models call the backend they are given and know nothing else about it; the GPU
+backends (varlen, flash) live in their own modules.
+
+This module owns the CPU backend. It reads `cu_seqlens` on the host, which is free on the CPU
+and is why it is not a GPU backend. Strategy, chosen by measurement (docs/engine.md): one
+`scaled_dot_product_attention` call per sequence on strided views of the fused QKV output,
+so no padding, no mask and no [T, T] score matrix; grouped-query heads go through SDPA's
+`enable_gqa`, so keys and values are never repeated.
+"""
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+
+class Attention(Protocol):
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+        causal: bool,
+    ) -> torch.Tensor: ...
+
+
+class CpuRaggedAttention:
+    """Per-sequence SDPA over the ragged token axis (CPU only)."""
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+        causal: bool,
+    ) -> torch.Tensor:
+        num_tokens, q_heads, head_dim = q.shape
+        gqa = k.shape[1] != q_heads
+        out = torch.empty((num_tokens, q_heads, head_dim), dtype=q.dtype, device=q.device)
+        bounds = cu_seqlens.tolist()
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            # [L, H, D] slices seen as [1, H, L, D]: views, SDPA reads the strides as they are.
+            qs = q[start:end].unsqueeze(0).transpose(1, 2)
+            ks = k[start:end].unsqueeze(0).transpose(1, 2)
+            vs = v[start:end].unsqueeze(0).transpose(1, 2)
+            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=gqa)
+            out[start:end] = o[0].transpose(0, 1)
+        return out
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    causal: bool,
+) -> torch.Tensor:
+    """Plain, slow, obviously-correct ragged attention (float64 math) for tests."""
+    out = torch.empty_like(q)
+    group = q.shape[1] // k.shape[1]
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        qs = q[start:end].double().transpose(0, 1)                       # [Hq, L, D]
+        ks = k[start:end].double().transpose(0, 1).repeat_interleave(group, 0)
+        vs = v[start:end].double().transpose(0, 1).repeat_interleave(group, 0)
+        scores = qs @ ks.transpose(1, 2) / qs.shape[-1] ** 0.5
+        if causal:
+            length = end - start
+            mask = torch.ones(length, length, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        out[start:end] = (scores.softmax(-1) @ vs).transpose(0, 1).to(q.dtype)
+    return out

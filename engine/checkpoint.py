@@ -1,0 +1,89 @@
+"""Read the tensors of a Hugging Face checkpoint: one `model.safetensors` or shards listed
+in `model.safetensors.index.json`, straight onto the target device and dtype.
+
+This module owns file discovery, name lookup with the optional head prefix ("bert.",
+"roberta.", "model.") and the "missing tensors" error. It knows nothing about architectures.
+"""
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from safetensors import safe_open
+
+from hedgerow.errors import ModelLoadError
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+HEAD_PREFIXES = ("", "bert.", "roberta.", "model.")
+
+
+class Checkpoint:
+    """Tensor names of a model directory, resolved to files; tensors load on demand."""
+
+    def __init__(self, directory: Path, device: torch.device, dtype: torch.dtype) -> None:
+        self.directory, self.device, self.dtype = directory, device, dtype
+        self._file_of = self._index(directory)
+        self._handles: dict[Path, object] = {}
+        self.prefix = ""
+
+    @staticmethod
+    def _index(directory: Path) -> dict[str, Path]:
+        index = directory / INDEX_FILE
+        single = directory / SINGLE_FILE
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (ValueError, KeyError, TypeError) as error:
+                raise ModelLoadError(f"{index} is not a valid safetensors index: {error}") from None
+            files = {name: directory / shard for name, shard in weight_map.items()}
+            absent = sorted({str(f.name) for f in files.values() if not f.is_file()})
+            if absent:
+                raise ModelLoadError(f"{index} lists shards that are missing: {', '.join(absent)}")
+            return files
+        if single.is_file():
+            with safe_open(str(single), framework="pt") as handle:
+                return {name: single for name in handle.keys()}
+        others = sorted(p.name for p in directory.glob("*.bin")) + sorted(
+            p.name for p in directory.glob("*.pt"))
+        hint = f" (found {', '.join(others)}: only safetensors are read)" if others else ""
+        raise ModelLoadError(
+            f"no weights in {directory}: expected {SINGLE_FILE} or {INDEX_FILE}{hint}"
+        )
+
+    def use_prefix_of(self, anchor: str) -> None:
+        """Pick the head prefix under which `anchor` (e.g. "embed_tokens.weight") exists."""
+        for prefix in HEAD_PREFIXES:
+            if prefix + anchor in self._file_of:
+                self.prefix = prefix
+                return
+        raise ModelLoadError(
+            f"missing tensor {anchor!r} in {self.directory} (also looked under the prefixes "
+            f"{', '.join(repr(p) for p in HEAD_PREFIXES if p)})"
+        )
+
+    def require(self, names: Iterable[str]) -> None:
+        """Raise one ModelLoadError listing every name (without prefix) that is absent."""
+        missing = [n for n in names if self.prefix + n not in self._file_of]
+        if missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            raise ModelLoadError(f"missing tensors in {self.directory}: {shown}")
+
+    def has(self, name: str) -> bool:
+        return self.prefix + name in self._file_of
+
+    def get(self, name: str) -> torch.Tensor:
+        """The tensor `prefix + name`, on the target device, in the target dtype."""
+        full = self.prefix + name
+        if full not in self._file_of:
+            raise ModelLoadError(f"missing tensor {full!r} in {self.directory}")
+        path = self._file_of[full]
+        handle = self._handles.get(path)
+        if handle is None:
+            handle = safe_open(str(path), framework="pt", device=str(self.device))
+            self._handles[path] = handle
+        return handle.get_tensor(full).to(self.dtype)
+
+    def close(self) -> None:
+        self._handles.clear()

@@ -1,0 +1,172 @@
+"""From Hugging Face `config.json` and checkpoint tensor names to our model configs and
+parameter names, fusing query/key/value (and Qwen3's gate/up) into one matrix each.
+
+This module owns the per-architecture knowledge of the checkpoint layout. It knows nothing
+about files (see checkpoint.py) or the sentence-transformers side of a directory (loader.py).
+"""
+
+from typing import Any
+
+import torch
+
+from hedgerow.engine.checkpoint import Checkpoint
+from hedgerow.engine.models.bert import BERT_ACTIVATIONS, BertConfig
+from hedgerow.engine.models.qwen3 import Qwen3Config
+from hedgerow.errors import ModelLoadError
+
+BERT_FAMILY = ("bert", "roberta", "xlm-roberta")
+SUPPORTED = BERT_FAMILY + ("qwen3",)
+
+
+def _int(config: dict[str, Any], key: str, default: Any = None) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ModelLoadError(f"config.json: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def bert_config(config: dict[str, Any]) -> BertConfig:
+    model_type = config["model_type"]
+    kind = config.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise ModelLoadError(
+            f"config.json: position_embedding_type {kind!r} is not supported (only 'absolute')")
+    act = config.get("hidden_act", "gelu")
+    if act not in BERT_ACTIVATIONS:
+        raise ModelLoadError(f"config.json: hidden_act {act!r} is not supported "
+                             f"(supported: {', '.join(BERT_ACTIVATIONS)})")
+    hidden, heads = _int(config, "hidden_size"), _int(config, "num_attention_heads")
+    if hidden % heads:
+        raise ModelLoadError(f"config.json: hidden_size {hidden} is not a multiple of "
+                             f"num_attention_heads {heads}")
+    offset = 0
+    if model_type in ("roberta", "xlm-roberta"):
+        offset = int(config.get("pad_token_id", 1)) + 1
+    return BertConfig(
+        vocab_size=_int(config, "vocab_size"),
+        hidden_size=hidden,
+        num_layers=_int(config, "num_hidden_layers"),
+        num_heads=heads,
+        intermediate_size=_int(config, "intermediate_size"),
+        max_position_embeddings=_int(config, "max_position_embeddings", 512),
+        type_vocab_size=_int(config, "type_vocab_size", 2),
+        layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        hidden_act=act,
+        position_offset=offset,
+    )
+
+
+def _rope_theta(config: dict[str, Any]) -> float:
+    params = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        raise ModelLoadError(f"config.json: rope type {kind!r} is not supported (only 'default')")
+    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+
+
+def qwen3_config(config: dict[str, Any], causal: bool | None) -> Qwen3Config:
+    """`causal` None: from config.json (`is_causal`, or `use_bidirectional_attention`),
+    else causal, the way the LLM was trained."""
+    if causal is None:
+        if "is_causal" in config:
+            causal = bool(config["is_causal"])
+        elif "use_bidirectional_attention" in config:
+            causal = not bool(config["use_bidirectional_attention"])
+        else:
+            causal = True
+    hidden, heads = _int(config, "hidden_size"), _int(config, "num_attention_heads")
+    kv_heads = _int(config, "num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise ModelLoadError(f"config.json: num_attention_heads {heads} is not a multiple of "
+                             f"num_key_value_heads {kv_heads}")
+    return Qwen3Config(
+        vocab_size=_int(config, "vocab_size"),
+        hidden_size=hidden,
+        num_layers=_int(config, "num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=_int(config, "head_dim", hidden // heads),
+        intermediate_size=_int(config, "intermediate_size"),
+        max_position_embeddings=_int(config, "max_position_embeddings", 32768),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=_rope_theta(config),
+        attention_bias=bool(config.get("attention_bias", False)),
+        causal=causal,
+    )
+
+
+def bert_weights(ckpt: Checkpoint, config: BertConfig) -> dict[str, torch.Tensor]:
+    """Our BertModel's state dict from a BERT/RoBERTa/XLM-R checkpoint (any head prefix)."""
+    ckpt.use_prefix_of("embeddings.word_embeddings.weight")
+    names = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
+             "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight",
+             "embeddings.LayerNorm.bias"]
+    per_layer = ["attention.self.query", "attention.self.key", "attention.self.value",
+                 "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+                 "output.dense", "output.LayerNorm"]
+    for i in range(config.num_layers):
+        for part in per_layer:
+            names += [f"encoder.layer.{i}.{part}.weight", f"encoder.layer.{i}.{part}.bias"]
+    ckpt.require(names)
+    g = ckpt.get
+    out = {
+        "word_embeddings.weight": g("embeddings.word_embeddings.weight"),
+        "position_embeddings.weight": g("embeddings.position_embeddings.weight"),
+        "token_type_embedding": g("embeddings.token_type_embeddings.weight")[0].clone(),
+        "embed_norm.weight": g("embeddings.LayerNorm.weight"),
+        "embed_norm.bias": g("embeddings.LayerNorm.bias"),
+    }
+    _check_shape(out["word_embeddings.weight"], (config.vocab_size, config.hidden_size),
+                 "embeddings.word_embeddings.weight")
+    renames = {"attn_out": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
+               "up": "intermediate.dense", "down": "output.dense", "mlp_norm": "output.LayerNorm"}
+    for i in range(config.num_layers):
+        src, dst = f"encoder.layer.{i}.", f"layers.{i}."
+        for kind in ("weight", "bias"):
+            out[dst + "qkv." + kind] = torch.cat(
+                [g(f"{src}attention.self.{p}.{kind}") for p in ("query", "key", "value")])
+            for ours, theirs in renames.items():
+                out[f"{dst}{ours}.{kind}"] = g(f"{src}{theirs}.{kind}")
+    return out
+
+
+def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> dict[str, torch.Tensor]:
+    """Our Qwen3Model's state dict from a Qwen3 checkpoint (with or without "model.")."""
+    ckpt.use_prefix_of("embed_tokens.weight")
+    projections = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+    names = ["embed_tokens.weight", "norm.weight"]
+    for i in range(config.num_layers):
+        p = f"layers.{i}."
+        names += [p + n + ".weight" for n in projections + [
+            "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm", "input_layernorm",
+            "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]]
+        if config.attention_bias:
+            names += [p + n + ".bias" for n in projections]
+    ckpt.require(names)
+    g = ckpt.get
+    out = {"embed_tokens.weight": g("embed_tokens.weight"), "norm.weight": g("norm.weight")}
+    _check_shape(out["embed_tokens.weight"], (config.vocab_size, config.hidden_size),
+                 "embed_tokens.weight")
+    renames = {"o_proj.weight": "self_attn.o_proj.weight",
+               "q_norm.weight": "self_attn.q_norm.weight",
+               "k_norm.weight": "self_attn.k_norm.weight",
+               "input_norm.weight": "input_layernorm.weight",
+               "post_norm.weight": "post_attention_layernorm.weight",
+               "down.weight": "mlp.down_proj.weight"}
+    for i in range(config.num_layers):
+        src, dst = f"layers.{i}.", f"layers.{i}."
+        out[dst + "qkv.weight"] = torch.cat([g(f"{src}{p}.weight") for p in projections])
+        if config.attention_bias:
+            out[dst + "qkv.bias"] = torch.cat([g(f"{src}{p}.bias") for p in projections])
+        out[dst + "gate_up.weight"] = torch.cat(
+            [g(f"{src}mlp.gate_proj.weight"), g(f"{src}mlp.up_proj.weight")])
+        for ours, theirs in renames.items():
+            out[dst + ours] = g(src + theirs)
+    return out
+
+
+def _check_shape(tensor: torch.Tensor, expected: tuple[int, ...], name: str) -> None:
+    if tuple(tensor.shape) != expected:
+        raise ModelLoadError(f"tensor {name} has shape {tuple(tensor.shape)}, but config.json "
+                             f"implies {expected}")

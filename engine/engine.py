@@ -1,0 +1,113 @@
+"""The engine: a loaded model, its attention backend and pooling, behind `step(batch)`.
+
+`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a
+handle to float32 [B, D] pooled (not normalised) embeddings. Everything that depends on the
+values of `cu_seqlens` (positions, per-token sequence index) is computed on the host first, so
+the forward pass itself never syncs. The engine knows nothing about tokenization, templates,
+requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
+"""
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from hedgerow.engine.attention import Attention, CpuRaggedAttention
+from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.lazy import LazyTensor
+from hedgerow.engine.loader import LoadedModel, load_model
+from hedgerow.engine.pooling import pool
+from hedgerow.engine.positions import token_layout
+from hedgerow.errors import InvalidInputError
+from hedgerow.logs import fields, step
+
+log = logging.getLogger("hedgerow.engine")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    architecture: str  # bert | roberta | xlm-roberta | qwen3
+    dimensions: int
+    max_tokens: int  # per sequence
+    vocab_size: int
+    pooling: str  # cls | mean | last
+    normalize: bool  # the model's default
+    templates: dict[str, str] = field(default_factory=dict)  # input_type -> prefix
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+class Engine:
+    """A model ready to embed ragged batches on one device."""
+
+    def __init__(self, loaded: LoadedModel, attention: Attention) -> None:
+        self._loaded = loaded
+        self._model = loaded.model
+        self._attention = attention
+        self.device = loaded.device
+        self.info = ModelInfo(
+            name=loaded.name,
+            architecture=loaded.architecture,
+            dimensions=loaded.config.hidden_size,
+            max_tokens=loaded.max_tokens,
+            vocab_size=loaded.config.vocab_size,
+            pooling=loaded.pooling,
+            normalize=loaded.normalize,
+            templates=dict(loaded.templates),
+            dtype=str(loaded.dtype).removeprefix("torch."),
+            device=str(loaded.device),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", dtype: str = "float32",
+             causal: bool | None = None, attention: Attention | None = None) -> "Engine":
+        """Load a model directory (raises ModelLoadError). `attention` defaults to the CPU
+        ragged backend; GPU backends are passed in by their owners."""
+        with step(log, "engine.load", path=str(path), device=device, dtype=dtype):
+            loaded = load_model(path, device=device, dtype=dtype, causal=causal)
+        engine = cls(loaded, attention or CpuRaggedAttention())
+        log.info("%s", fields(event="engine.ready", model=engine.info.name,
+                              architecture=engine.info.architecture,
+                              dimensions=engine.info.dimensions,
+                              max_tokens=engine.info.max_tokens, pooling=engine.info.pooling))
+        return engine
+
+    def validate(self, batch: RaggedBatch) -> None:
+        """Raise InvalidInputError for a token id outside [0, vocab_size) or a sequence
+        longer than `info.max_tokens`. Reads host tensors only."""
+        ids, vocab = batch.input_ids, self.info.vocab_size
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            bad = torch.nonzero((ids < 0) | (ids >= vocab))[0].item()
+            seq = int(torch.searchsorted(batch.cu_seqlens, torch.tensor([bad], dtype=torch.int32),
+                                         right=True)[0]) - 1
+            raise InvalidInputError(
+                f"token id {int(ids[bad])} in sequence {seq} is outside the vocabulary "
+                f"[0, {vocab})")
+        if batch.max_seqlen > self.info.max_tokens:
+            lengths = batch.lengths()
+            seq = next(i for i, n in enumerate(lengths) if n > self.info.max_tokens)
+            raise InvalidInputError(
+                f"sequence {seq} has {lengths[seq]} tokens; the model accepts at most "
+                f"{self.info.max_tokens} tokens per sequence")
+
+    def step(self, batch: RaggedBatch) -> LazyTensor:
+        """Run the forward pass and pooling for `batch` (call `validate` first).
+
+        Returns a LazyTensor of float32 [B, dimensions], pooled, not normalised.
+        """
+        layout = token_layout(batch.cu_seqlens)
+        device = self.device
+        input_ids = batch.input_ids.to(device, non_blocking=True)
+        cu_seqlens = batch.cu_seqlens.to(device, non_blocking=True)
+        position_ids = layout.position_ids.to(device, non_blocking=True)
+        seq_index = layout.seq_index.to(device, non_blocking=True)
+        lengths = layout.lengths.to(device, non_blocking=True)
+        with torch.inference_mode():
+            hidden = self._model(input_ids, position_ids, cu_seqlens, batch.max_seqlen,
+                                 self._attention)
+            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling)
+        if device.type == "cpu":
+            return LazyTensor.completed(pooled)
+        return LazyTensor.copy_from_device(pooled, torch.cuda.current_stream(device))

@@ -1,0 +1,173 @@
+"""Load a Hugging Face model directory into one of our models, ready to run.
+
+A directory holds `config.json`, `model.safetensors` (or shards with
+`model.safetensors.index.json`) and, when it was saved by sentence-transformers, `modules.json`,
+`1_Pooling/config.json` (pooling), `sentence_bert_config.json` (`max_seq_length`),
+`config_sentence_transformers.json` (`prompts`, which become templates) and a Normalize module.
+This module turns that into a model on the target device and dtype plus the serving defaults.
+Every failure is a ModelLoadError that says what is wrong and where. It knows nothing about
+tokenizers (the tokenizer.json is the caller's business) or about batching.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hedgerow.engine import convert
+from hedgerow.engine.checkpoint import Checkpoint
+from hedgerow.engine.models.bert import BertConfig, BertModel
+from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
+from hedgerow.errors import ModelLoadError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+POOLING_MODES = ("cls", "mean", "last")
+# Directory names too generic to name a model; the parent names it instead.
+_GENERIC_NAMES = ("model", "models", "weights")
+
+
+@dataclass(frozen=True)
+class SentenceTransformersSettings:
+    """What a sentence-transformers directory says about serving; None where it is silent."""
+
+    pooling: str | None = None
+    normalize: bool | None = None
+    max_seq_length: int | None = None
+    templates: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module  # BertModel or Qwen3Model, eval mode, on `device` in `dtype`
+    architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
+    config: BertConfig | Qwen3Config
+    name: str
+    pooling: str
+    normalize: bool
+    max_tokens: int
+    templates: dict[str, str]
+    dtype: torch.dtype
+    device: torch.device
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"cannot read {path}: {error}") from None
+
+
+def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
+    """Parse the sentence-transformers files of `directory` (all optional)."""
+    pooling = normalize = max_seq_length = None
+    templates: dict[str, str] = {}
+    modules_path = directory / "modules.json"
+    if modules_path.is_file():
+        modules = _read_json(modules_path)
+        if not isinstance(modules, list):
+            raise ModelLoadError(f"{modules_path}: expected a list of modules")
+        types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+        normalize = any(t.endswith(".Normalize") for t in types)
+        for module in modules:
+            if isinstance(module, dict) and str(module.get("type", "")).endswith(".Pooling"):
+                pool_config = directory / str(module.get("path", "1_Pooling")) / "config.json"
+                if pool_config.is_file():
+                    pooling = _pooling_mode(_read_json(pool_config), pool_config)
+    elif (directory / "1_Pooling" / "config.json").is_file():
+        pool_config = directory / "1_Pooling" / "config.json"
+        pooling = _pooling_mode(_read_json(pool_config), pool_config)
+    bert_config = directory / "sentence_bert_config.json"
+    if bert_config.is_file():
+        value = _read_json(bert_config).get("max_seq_length")
+        if value is not None:
+            if not isinstance(value, int) or value <= 0:
+                raise ModelLoadError(f"{bert_config}: max_seq_length must be a positive integer")
+            max_seq_length = value
+    st_config = directory / "config_sentence_transformers.json"
+    if st_config.is_file():
+        prompts = _read_json(st_config).get("prompts") or {}
+        if not isinstance(prompts, dict):
+            raise ModelLoadError(f"{st_config}: prompts must be an object")
+        templates = {str(k): str(v) for k, v in prompts.items()}
+    return SentenceTransformersSettings(pooling, normalize, max_seq_length, templates)
+
+
+def _pooling_mode(config: dict[str, Any], path: Path) -> str:
+    if config.get("pooling_mode_cls_token"):
+        return "cls"
+    if config.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if config.get("pooling_mode_lasttoken"):
+        return "last"
+    modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
+    raise ModelLoadError(f"{path}: pooling {', '.join(modes) or '(none)'} is not supported "
+                         f"(supported: cls, mean, last token)")
+
+
+def _model_name(directory: Path) -> str:
+    if directory.name in _GENERIC_NAMES and directory.parent.name:
+        return directory.parent.name
+    return directory.name
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu",
+               dtype: str = "float32", causal: bool | None = None) -> LoadedModel:
+    """Load the model directory `path` onto `device` in `dtype` ("float32" | "bfloat16").
+
+    `causal` applies to Qwen3 only: None reads config.json (`is_causal`,
+    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask.
+    """
+    directory = Path(path).expanduser()
+    if not directory.exists():
+        raise ModelLoadError(f"model path {directory} does not exist")
+    if not directory.is_dir():
+        raise ModelLoadError(f"model path {directory} is not a directory")
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"no config.json in {directory}: not a Hugging Face model directory")
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
+    torch_dtype, device = DTYPES[dtype], torch.device(device)
+    hf = _read_json(config_path)
+    model_type = hf.get("model_type") if isinstance(hf, dict) else None
+    if model_type not in convert.SUPPORTED:
+        shown = model_type or ",".join(hf.get("architectures") or []) or "(no model_type)"
+        raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
+                             f"(supported: {', '.join(convert.SUPPORTED)})")
+    st = read_sentence_transformers(directory)
+    checkpoint = Checkpoint(directory, device, torch_dtype)
+    if model_type == "qwen3":
+        config: BertConfig | Qwen3Config = convert.qwen3_config(hf, causal)
+        with torch.device("meta"):
+            model: nn.Module = Qwen3Model(config)
+        weights = convert.qwen3_weights(checkpoint, config)
+        default_pooling = "last" if config.causal else "mean"
+    else:
+        config = convert.bert_config(hf)
+        with torch.device("meta"):
+            model = BertModel(config)
+        weights = convert.bert_weights(checkpoint, config)
+        default_pooling = "mean"
+    checkpoint.close()
+    try:
+        model.load_state_dict(weights, strict=True, assign=True)
+    except RuntimeError as error:
+        raise ModelLoadError(f"weights in {directory} do not fit config.json: {error}") from None
+    model.eval().requires_grad_(False)
+    usable = config.usable_positions
+    max_tokens = min(st.max_seq_length, usable) if st.max_seq_length else usable
+    return LoadedModel(
+        model=model,
+        architecture=model_type,
+        config=config,
+        name=_model_name(directory),
+        pooling=st.pooling or default_pooling,
+        normalize=True if st.normalize is None else st.normalize,
+        max_tokens=max_tokens,
+        templates=st.templates,
+        dtype=torch_dtype,
+        device=device,
+    )

@@ -1,0 +1,98 @@
+"""BERT-family encoders (BERT, RoBERTa, XLM-RoBERTa) on the ragged token axis. Math only.
+
+No loading, no I/O, no padding, no attention mask: sequences sit end to end on one token axis
+and the attention backend confines each token to its own sequence. Query, key and value are
+one fused projection (`qkv`, [3H, H]); the loader fuses the checkpoint's three matrices.
+
+RoBERTa and XLM-RoBERTa number positions from `padding_idx + 1`: that is `position_offset`,
+added on the device to the 0-based per-sequence positions the caller passes in.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hedgerow.engine.attention import Attention
+
+_ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+BERT_ACTIVATIONS = tuple(_ACTIVATIONS)
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"
+    position_offset: int = 0  # RoBERTa/XLM-R: padding_idx + 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def usable_positions(self) -> int:
+        """Longest sequence the position table can number."""
+        return self.max_position_embeddings - self.position_offset
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        self.num_heads, self.head_dim = config.num_heads, config.head_dim
+        self.eps = config.layer_norm_eps
+        self.act = _ACTIVATIONS[config.hidden_act]
+        self.qkv = nn.Linear(h, 3 * h)
+        self.attn_out = nn.Linear(h, h)
+        self.attn_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.up = nn.Linear(h, i)
+        self.down = nn.Linear(i, h)
+        self.mlp_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                attention: Attention) -> torch.Tensor:
+        tokens = x.shape[0]
+        qkv = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim)
+        a = attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, max_seqlen, False)
+        x = self.attn_norm(x + self.attn_out(a.reshape(tokens, -1)))
+        return self.mlp_norm(x + self.down(self.act(self.up(x))))
+
+
+class BertModel(nn.Module):
+    """forward(input_ids [T], position_ids [T], cu_seqlens int32 [B+1], max_seqlen,
+    attention) -> hidden [T, H] (last layer, before pooling)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        h = config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, h)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, h)
+        # Every token is segment 0 (embeddings take one segment): one row of the type table.
+        self.token_type_embedding = nn.Parameter(torch.zeros(h))
+        self.embed_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        positions = position_ids + self.config.position_offset
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        x = self.embed_norm(x + self.token_type_embedding)
+        for layer in self.layers:
+            x = layer(x, cu_seqlens, max_seqlen, attention)
+        return x

@@ -1,0 +1,110 @@
+"""Qwen3 decoder stacks used as embedding models, on the ragged token axis. Math only.
+
+Pre-norm blocks with RMSNorm, per-head RMSNorm on queries and keys, rotary position
+embeddings, grouped-query attention and a SwiGLU MLP. Query, key and value are one fused
+projection (`qkv`, [(Hq + 2 Hkv) D, H]) and gate/up one more (`gate_up`); the loader fuses
+the checkpoint's matrices. `causal` picks causal (the LLM's own mask) or bidirectional
+attention (embedding fine-tunes such as pplx-embed). No KV cache, no padding, no I/O.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hedgerow.engine.attention import Attention
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    attention_bias: bool = False
+    causal: bool = True
+
+    @property
+    def usable_positions(self) -> int:
+        return self.max_position_embeddings
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Qwen3Layer(nn.Module):
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, d
+        self.causal = config.causal
+        self.input_norm = RMSNorm(h, config.rms_norm_eps)
+        self.qkv = nn.Linear(h, (config.num_heads + 2 * config.num_kv_heads) * d,
+                             bias=config.attention_bias)
+        self.q_norm = RMSNorm(d, config.rms_norm_eps)
+        self.k_norm = RMSNorm(d, config.rms_norm_eps)
+        self.o_proj = nn.Linear(config.num_heads * d, h, bias=False)
+        self.post_norm = RMSNorm(h, config.rms_norm_eps)
+        self.gate_up = nn.Linear(h, 2 * config.intermediate_size, bias=False)
+        self.down = nn.Linear(config.intermediate_size, h, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        tokens = x.shape[0]
+        qkv = self.qkv(self.input_norm(x)).view(
+            tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        q, k, v = qkv.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        a = attention(q, k, v, cu_seqlens, max_seqlen, self.causal)
+        x = x + self.o_proj(a.reshape(tokens, -1))
+        gate, up = self.gate_up(self.post_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Qwen3Model(nn.Module):
+    """forward(input_ids [T], position_ids [T], cu_seqlens int32 [B+1], max_seqlen,
+    attention) -> hidden [T, H] (after the final norm, before pooling)."""
+
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Qwen3Layer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        d = self.config.head_dim
+        # Computed here (a few small ops, no host sync) rather than held as a buffer, so the
+        # model can be built on the meta device and filled by the loader.
+        exponents = torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d
+        inv_freq = 1.0 / (self.config.rope_theta ** exponents)
+        freqs = position_ids.to(torch.float32)[:, None] * inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)                      # [T, D]
+        cos = angles.cos().to(x.dtype)[:, None, :]                       # [T, 1, D]
+        sin = angles.sin().to(x.dtype)[:, None, :]
+        for layer in self.layers:
+            x = layer(x, cos, sin, cu_seqlens, max_seqlen, attention)
+        return self.norm(x)

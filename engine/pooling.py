@@ -1,0 +1,53 @@
+"""Pooling of ragged hidden states into one vector per sequence, and the postprocessing
+(Matryoshka truncation, L2 normalisation) applied to pooled vectors.
+
+`pool` runs on the device without reading anything back to the host: gathers at
+`cu_seqlens` for CLS and last-token, a segment sum by the per-token sequence index for mean.
+It knows nothing about models or tokenizers.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from hedgerow.errors import InvalidInputError
+
+POOLING_MODES = ("cls", "mean", "last")
+
+
+def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor,
+         lengths: torch.Tensor, mode: str) -> torch.Tensor:
+    """Pool hidden [T, H] (any float dtype) into float32 [B, H].
+
+    cu_seqlens: int32 [B+1]; seq_index: int64 [T] (sequence of each token); lengths: int64 [B];
+    all on hidden's device. mode: "cls" (first token), "mean" (average of the tokens),
+    "last" (last token).
+    """
+    if mode == "cls":
+        return hidden.index_select(0, cu_seqlens[:-1].long()).float()
+    if mode == "last":
+        return hidden.index_select(0, cu_seqlens[1:].long() - 1).float()
+    if mode == "mean":
+        sums = torch.zeros((lengths.shape[0], hidden.shape[1]), dtype=torch.float32,
+                           device=hidden.device)
+        sums.index_add_(0, seq_index, hidden.float())
+        return sums / lengths.to(torch.float32)[:, None]
+    raise ValueError(f"unknown pooling mode {mode!r} (known: {', '.join(POOLING_MODES)})")
+
+
+def postprocess(embeddings: torch.Tensor, normalize: bool, dimensions: int | None) -> torch.Tensor:
+    """Truncate float32 [B, D] to its first `dimensions` columns (Matryoshka), then
+    L2-normalise each row when `normalize`. Returns [B, dimensions or D].
+
+    Raises InvalidInputError when `dimensions` is not in 1..D.
+    """
+    width = embeddings.shape[-1]
+    if dimensions is not None:
+        if isinstance(dimensions, bool) or not isinstance(dimensions, int):
+            raise InvalidInputError(f"dimensions must be an integer, got {dimensions!r}")
+        if not 1 <= dimensions <= width:
+            raise InvalidInputError(
+                f"dimensions must be between 1 and the model's width {width}, got {dimensions}")
+        embeddings = embeddings[..., :dimensions]
+    if normalize:
+        embeddings = F.normalize(embeddings, p=2.0, dim=-1)
+    return embeddings
