@@ -1,0 +1,386 @@
+"""The CUDA-graph cache: which configuration a batch maps to, and what state that graph is in.
+
+A configuration is `(seq_slots, token_bucket)`. Token buckets are multiples of `small_step`
+(64) up to `switch` (1024), then multiples of `large_step` (256) up to `max_tokens`; sequence
+counts are bucketed (`seq_buckets`) or exact (`seq_buckets=()`, one graph per count up to
+`max_seqs`). Each configuration moves cold -> warm (first hit runs eagerly, warming kernels and
+workspaces at the static shapes) -> captured (second hit captures, then replays; every later hit
+replays). A capture that fails marks the configuration `failed` (eager from then on, with a
+message that says what to change); a capture that would pass the graph-memory limit marks it
+`over_budget` (eager). Batches past the grid run eagerly without padding.
+
+This module is plain CPU code: it owns the grid arithmetic, the state machine, the counters and
+the report, and knows nothing about tensors, CUDA or models. The work itself is done by a
+`GraphBackend` (the CUDA one lives in `gpu.py`; the tests use a fake), so the whole state machine
+is tested on a machine with no GPU. One thread calls it (the engine's step loop).
+"""
+
+import bisect
+import dataclasses
+import enum
+import logging
+import time
+from typing import Any, Callable, Iterable, NamedTuple, Protocol
+
+from hedgerow.errors import ConfigError
+from hedgerow.logs import fields
+
+log = logging.getLogger(__name__)
+
+
+class Config(NamedTuple):
+    """One graph: `seq_slots` real-sequence slots (plus one padding slot) and `tokens` tokens."""
+
+    seq_slots: int
+    tokens: int
+
+    def __str__(self) -> str:
+        return f"{self.seq_slots}x{self.tokens}"
+
+
+class State(enum.Enum):
+    COLD = "cold"
+    WARM = "warm"
+    CAPTURED = "captured"
+    FAILED = "failed"
+    OVER_BUDGET = "over_budget"
+
+
+class Action(enum.Enum):
+    """What one step does: run eagerly, capture then replay, or replay."""
+
+    EAGER = "eager"
+    CAPTURE = "capture"
+    REPLAY = "replay"
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphGrid:
+    """The bucket grid. Every field has a matching engine setting (see `gpu.GpuSettings`)."""
+
+    small_step: int = 64
+    switch: int = 1024
+    large_step: int = 256
+    max_tokens: int = 8192
+    max_seqs: int = 64
+    # Sequence-count buckets; () means exact counts 1..max_seqs (one graph per count).
+    seq_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+    def __post_init__(self) -> None:
+        if self.small_step <= 0 or self.large_step <= 0:
+            raise ConfigError("graph token bucket steps must be positive")
+        if self.switch % self.small_step:
+            raise ConfigError(
+                f"graph bucket switch {self.switch} must be a multiple of the small step "
+                f"{self.small_step}"
+            )
+        if self.max_tokens < self.small_step:
+            raise ConfigError(
+                f"graph max tokens {self.max_tokens} is below the smallest bucket "
+                f"{self.small_step}; raise --graph-max-tokens"
+            )
+        if self.max_tokens > self.switch and (self.max_tokens - self.switch) % self.large_step:
+            raise ConfigError(
+                f"graph max tokens {self.max_tokens} must be {self.switch} plus a multiple of "
+                f"{self.large_step}"
+            )
+        if self.max_tokens <= self.switch and self.max_tokens % self.small_step:
+            raise ConfigError(
+                f"graph max tokens {self.max_tokens} must be a multiple of {self.small_step}"
+            )
+        if self.max_seqs < 1:
+            raise ConfigError("graph max sequences must be at least 1")
+        if self.seq_buckets:
+            if list(self.seq_buckets) != sorted(set(self.seq_buckets)) or self.seq_buckets[0] < 1:
+                raise ConfigError(
+                    f"graph sequence buckets {self.seq_buckets} must be increasing positive "
+                    "integers"
+                )
+            if self.seq_buckets[-1] != self.max_seqs:
+                raise ConfigError(
+                    f"the last graph sequence bucket ({self.seq_buckets[-1]}) must equal the "
+                    f"graph max sequences ({self.max_seqs})"
+                )
+
+    def token_buckets(self) -> list[int]:
+        small = list(range(self.small_step, min(self.switch, self.max_tokens) + 1, self.small_step))
+        large = list(range(self.switch + self.large_step, self.max_tokens + 1, self.large_step))
+        return small + large
+
+    def seq_slot_counts(self) -> list[int]:
+        return list(self.seq_buckets) if self.seq_buckets else list(range(1, self.max_seqs + 1))
+
+    def token_bucket(self, num_tokens: int) -> int | None:
+        """Smallest bucket holding `num_tokens`, or None past `max_tokens`."""
+        if num_tokens < 1 or num_tokens > self.max_tokens:
+            return None
+        if num_tokens <= self.switch:
+            return -(-num_tokens // self.small_step) * self.small_step
+        return self.switch + -(-(num_tokens - self.switch) // self.large_step) * self.large_step
+
+    def seq_slots(self, num_seqs: int) -> int | None:
+        if num_seqs < 1 or num_seqs > self.max_seqs:
+            return None
+        if not self.seq_buckets:
+            return num_seqs
+        return self.seq_buckets[bisect.bisect_left(self.seq_buckets, num_seqs)]
+
+    def config_for(self, num_seqs: int, num_tokens: int) -> Config | None:
+        """The configuration a batch runs in, or None when it is past the grid (eager)."""
+        slots = self.seq_slots(num_seqs)
+        tokens = self.token_bucket(num_tokens)
+        if slots is None or tokens is None:
+            return None
+        return Config(slots, tokens)
+
+    def size(self) -> int:
+        return len(self.seq_slot_counts()) * len(self.token_buckets())
+
+
+def parse_hot_set(spec: Iterable[str], grid: GraphGrid) -> list[Config]:
+    """Parse hot-set entries `SEQSxTOKENS` (e.g. `1x128`) into distinct configurations.
+
+    Raises ConfigError naming the entry when it is malformed or past the grid.
+    """
+    configs: list[Config] = []
+    for entry in spec:
+        text = entry.strip().lower()
+        seqs, sep, tokens = text.partition("x")
+        if not sep or not seqs.isdigit() or not tokens.isdigit():
+            raise ConfigError(
+                f"graph hot set entry {entry!r} must look like SEQSxTOKENS, e.g. 1x128"
+            )
+        num_seqs, num_tokens = int(seqs), int(tokens)
+        if num_tokens < num_seqs:
+            raise ConfigError(
+                f"graph hot set entry {entry!r} has fewer tokens than sequences"
+            )
+        config = grid.config_for(num_seqs, num_tokens)
+        if config is None:
+            raise ConfigError(
+                f"graph hot set entry {entry!r} is past the grid (at most {grid.max_seqs} "
+                f"sequences and {grid.max_tokens} tokens); raise --graph-max-seqs or "
+                "--graph-max-tokens, or drop the entry"
+            )
+        if config not in configs:
+            configs.append(config)
+    return configs
+
+
+class CaptureError(Exception):
+    """A backend could not capture a configuration; the message says what to change."""
+
+
+class GraphBackend(Protocol):
+    """The device side the cache drives. `feed` is whatever the backend needs for one batch."""
+
+    def run_eager(self, config: Config | None, feed: Any) -> Any:
+        """Run the forward pass eagerly; at the config's static shapes, or unpadded if None."""
+
+    def capture(self, config: Config) -> int:
+        """Capture the config's graph from its static buffers; return the bytes it added."""
+
+    def replay(self, config: Config, feed: Any) -> Any:
+        """Load `feed` into the config's static buffers and replay its graph."""
+
+    def warmup_feed(self, config: Config) -> Any:
+        """A valid batch for `config`, used to warm and capture the hot set."""
+
+
+@dataclasses.dataclass
+class _Entry:
+    state: State = State.COLD
+    hits: int = 0
+    replays: int = 0
+    capture_seconds: float = 0.0
+    memory_bytes: int = 0
+    message: str = ""
+
+
+class GraphCache:
+    """Lazy graph capture per configuration, an eager fallback, counters and a report."""
+
+    def __init__(
+        self,
+        grid: GraphGrid,
+        backend: GraphBackend,
+        *,
+        hot_set: Iterable[Config] = (),
+        memory_limit_bytes: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.grid = grid
+        self.backend = backend
+        self.hot_set = list(hot_set)
+        self.memory_limit_bytes = memory_limit_bytes
+        self._clock = clock
+        self._entries: dict[Config, _Entry] = {}
+        self.loaded = False
+        self.eager_runs = 0
+        self.eager_past_grid = 0
+        self.replays = 0
+        self.captures = 0
+        self.capture_seconds = 0.0
+        self.memory_bytes = 0
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def can_run(self, num_seqs: int, num_tokens: int) -> bool:
+        """True when a batch of this shape has a configuration on the grid (not eager)."""
+        return self.grid.config_for(num_seqs, num_tokens) is not None
+
+    def state(self, config: Config) -> State:
+        entry = self._entries.get(config)
+        return State.COLD if entry is None else entry.state
+
+    def plan(self, config: Config | None) -> Action:
+        """What the next hit of `config` will do, without doing it."""
+        if config is None:
+            return Action.EAGER
+        state = self.state(config)
+        if state is State.CAPTURED:
+            return Action.REPLAY
+        if state is State.WARM and self._has_budget():
+            return Action.CAPTURE
+        return Action.EAGER
+
+    # -- the step ----------------------------------------------------------------------------
+
+    def run(self, num_seqs: int, num_tokens: int, feed: Any) -> Any:
+        """Run one batch through its configuration's current state and advance the state."""
+        config = self.grid.config_for(num_seqs, num_tokens)
+        if config is None:
+            self.eager_runs += 1
+            self.eager_past_grid += 1
+            return self.backend.run_eager(None, feed)
+        return self.run_config(config, feed)
+
+    def run_config(self, config: Config, feed: Any) -> Any:
+        entry = self._entries.setdefault(config, _Entry())
+        entry.hits += 1
+        if entry.state is State.COLD:
+            entry.state = State.WARM
+            self.eager_runs += 1
+            return self.backend.run_eager(config, feed)
+        if entry.state is State.WARM:
+            if not self._has_budget():
+                entry.state = State.OVER_BUDGET
+                entry.message = self._budget_message()
+                log.warning("%s", fields(event="graph.over_budget", config=str(config)))
+            elif self._capture(config, entry):
+                return self._replay(config, entry, feed)
+        if entry.state is State.CAPTURED:
+            return self._replay(config, entry, feed)
+        self.eager_runs += 1
+        return self.backend.run_eager(config, feed)
+
+    def warmup(self) -> None:
+        """Warm and capture every hot-set configuration (eager run, then capture)."""
+        for config in self.hot_set:
+            entry = self._entries.setdefault(config, _Entry())
+            if entry.state is State.CAPTURED:
+                continue
+            feed = self.backend.warmup_feed(config)
+            if entry.state is State.COLD:
+                self.backend.run_eager(config, feed)
+                entry.state = State.WARM
+            if entry.state is State.WARM:
+                if not self._has_budget():
+                    entry.state = State.OVER_BUDGET
+                    entry.message = self._budget_message()
+                    continue
+                if self._capture(config, entry):
+                    self.backend.replay(config, feed)
+
+    def _capture(self, config: Config, entry: _Entry) -> bool:
+        start = self._clock()
+        try:
+            added = self.backend.capture(config)
+        except CaptureError as error:
+            entry.state = State.FAILED
+            entry.message = str(error)
+            log.warning("%s", fields(event="graph.capture_failed", config=str(config),
+                                     error=str(error)))
+            return False
+        seconds = self._clock() - start
+        entry.state = State.CAPTURED
+        entry.capture_seconds = seconds
+        entry.memory_bytes = added
+        self.captures += 1
+        self.capture_seconds += seconds
+        self.memory_bytes += added
+        log.debug("%s", fields(event="graph.captured", config=str(config), seconds=seconds,
+                               bytes=added))
+        return True
+
+    def _replay(self, config: Config, entry: _Entry, feed: Any) -> Any:
+        entry.replays += 1
+        self.replays += 1
+        return self.backend.replay(config, feed)
+
+    def _has_budget(self) -> bool:
+        return self.memory_limit_bytes is None or self.memory_bytes < self.memory_limit_bytes
+
+    def _budget_message(self) -> str:
+        return (
+            f"graph memory {self.memory_bytes} bytes reached the limit "
+            f"{self.memory_limit_bytes}; raise --graph-memory-limit-mib or shrink the grid "
+            "(--graph-max-tokens, --graph-max-seqs)"
+        )
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per configuration seen or warmed, sorted by (seq_slots, tokens)."""
+        rows = []
+        for config in sorted(self._entries):
+            entry = self._entries[config]
+            rows.append({
+                "seq_slots": config.seq_slots,
+                "tokens": config.tokens,
+                "state": entry.state.value,
+                "hits": entry.hits,
+                "replays": entry.replays,
+                "capture_ms": round(entry.capture_seconds * 1e3, 3),
+                "memory_bytes": entry.memory_bytes,
+                "message": entry.message,
+            })
+        return rows
+
+    def counts_by_state(self) -> dict[str, int]:
+        counts = {state.value: 0 for state in State}
+        for entry in self._entries.values():
+            counts[entry.state.value] += 1
+        counts[State.COLD.value] = self.grid.size() - sum(
+            n for name, n in counts.items() if name != State.COLD.value
+        )
+        return counts
+
+    def report(self) -> dict[str, Any]:
+        """The warmup report the server's /warmup endpoint and metrics read."""
+        hot_captured = sum(1 for c in self.hot_set if self.state(c) is State.CAPTURED)
+        steps = self.replays + self.eager_runs
+        return {
+            "loaded": self.loaded,
+            "configurations_seen": sum(1 for e in self._entries.values() if e.hits),
+            "captured": self.captures,
+            "hot_set": len(self.hot_set),
+            "hot_set_captured": hot_captured,
+            # share of the hot set captured: 1.0 means the replica is warm
+            "coverage": 1.0 if not self.hot_set else hot_captured / len(self.hot_set),
+            "graph_memory_bytes": self.memory_bytes,
+            "graph_memory_limit_bytes": self.memory_limit_bytes,
+            "graphs_by_state": self.counts_by_state(),
+            "capture_seconds_total": round(self.capture_seconds, 6),
+            "replays": self.replays,
+            "eager_runs": self.eager_runs,
+            "eager_past_grid": self.eager_past_grid,
+            "replay_share": 0.0 if steps == 0 else self.replays / steps,
+            "grid": {
+                "token_buckets": len(self.grid.token_buckets()),
+                "seq_slot_counts": len(self.grid.seq_slot_counts()),
+                "configurations": self.grid.size(),
+                "max_tokens": self.grid.max_tokens,
+                "max_seqs": self.grid.max_seqs,
+            },
+        }
