@@ -1,0 +1,45 @@
+"""The gateway's client errors, as subclasses of the project's error set.
+
+Each carries what OpenAI's error shape needs beyond the message: the offending `param` and a
+machine-readable `code`. The HTTP status and error `type` are chosen in one place,
+`gateway/http_errors.py`; nothing here knows about HTTP.
+"""
+
+from hedgerow.errors import HedgerowError, InvalidInputError, NotReadyError, OverloadedError
+
+
+class RequestError(InvalidInputError):
+    """A malformed or out-of-range request (400)."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class BodyTooLargeError(RequestError):
+    """The body is larger than --max-body-bytes (413)."""
+
+
+class ModelNotFoundError(RequestError):
+    """The request names a model this gateway does not serve (404)."""
+
+
+class AuthenticationError(HedgerowError):
+    """A missing or wrong API key (401)."""
+
+
+class NoReplicaError(NotReadyError):
+    """No server is SERVING right now (503 with Retry-After)."""
+
+
+class UpstreamOverloadedError(OverloadedError):
+    """Every server that was tried answered RESOURCE_EXHAUSTED (429)."""
+
+
+class UpstreamError(HedgerowError):
+    """A server failed in a way that is not the client's fault (502)."""
+
+
+class DeadlineError(HedgerowError):
+    """The request's deadline passed before every chunk came back (504)."""

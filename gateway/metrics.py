@@ -1,0 +1,46 @@
+"""The gateway's Prometheus metrics, in a registry owned by one app (no global state).
+
+Owns the metric names and labels: tokens embedded, request latency by route and status,
+tokenization time, in-flight tokens and chunks per replica, ready replicas, and retries.
+Knows nothing about how requests are handled; callers record.
+"""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+TOKENIZE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                    0.5, 1, 2.5)
+
+
+class GatewayMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.tokens = Counter(
+            "hedgerow_tokens", "Tokens sent to servers for embedding, templates included.",
+            registry=r)
+        self.inputs = Counter(
+            "hedgerow_inputs", "Inputs (sequences) embedded.", registry=r)
+        self.request_seconds = Histogram(
+            "hedgerow_request_seconds", "HTTP request latency, by route and status.",
+            ("route", "status"), buckets=LATENCY_BUCKETS, registry=r)
+        self.tokenize_seconds = Histogram(
+            "hedgerow_tokenize_seconds", "Time to tokenize one request, queueing included.",
+            buckets=TOKENIZE_BUCKETS, registry=r)
+        self.in_flight_tokens = Gauge(
+            "hedgerow_replica_in_flight_tokens", "Tokens sent to a replica and not yet answered.",
+            ("replica",), registry=r)
+        self.chunks = Counter(
+            "hedgerow_chunks", "Chunks sent, by replica and outcome.",
+            ("replica", "outcome"), registry=r)
+        self.retries = Counter(
+            "hedgerow_retries", "Chunks retried on another replica, by the first failure's code.",
+            ("code",), registry=r)
+        self.ready_replicas = Gauge(
+            "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,179 @@
+"""Send a request's chunks to the least-loaded ready replicas and gather the results in order.
+
+Owns the routing decision and the per-chunk call: each chunk goes, concurrently with the others,
+to the ready replica with the fewest in-flight tokens (ties go to the one picked longest ago);
+a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose connection broke)
+is retried once on another replica; every call carries the request's remaining time as its gRPC
+deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
+HTTP or tokenization; gets sequences already cut into chunks.
+"""
+
+import asyncio
+import itertools
+import logging
+from typing import Protocol, Sequence
+
+import grpc
+import numpy as np
+
+from hedgerow.gateway.chunking import Chunk, offsets, pack, reassemble
+from hedgerow.gateway.errors import (
+    DeadlineError,
+    NoReplicaError,
+    RequestError,
+    UpstreamError,
+    UpstreamOverloadedError,
+)
+from hedgerow.gateway.metrics import GatewayMetrics
+from hedgerow.gateway.replicas import Replica
+from hedgerow.gateway.tokenizer import Sequences
+from hedgerow.logs import fields
+from hedgerow.wire import embed_pb2
+
+log = logging.getLogger("hedgerow.gateway.router")
+
+# Failures that say "this replica, not this chunk": worth one try elsewhere. Embed is a pure
+# function of its input, so sending a chunk twice is safe.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
+
+
+def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = ()) -> Replica | None:
+    """The ready replica with the fewest in-flight tokens, not in `exclude`; ties go to the one
+    chosen longest ago, so equal replicas take turns. None when there is none."""
+    candidates = [r for r in replicas if r.ready and all(r is not e for e in exclude)]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda r: (r.in_flight_tokens, r.last_chosen))
+
+
+def decode_embeddings(response: embed_pb2.EmbedResponse, rows: int) -> np.ndarray:
+    """float32 [rows, D] from an EmbedResponse; UpstreamError when it is malformed."""
+    if response.dtype != embed_pb2.FLOAT32 or len(response.shape) != 2:
+        raise UpstreamError(
+            f"server answered dtype {response.dtype} with shape {list(response.shape)}; "
+            "expected float32 [B, D]")
+    count, width = response.shape
+    if count != rows or len(response.embeddings) != count * width * 4:
+        raise UpstreamError(
+            f"server answered {count} rows of {width} in {len(response.embeddings)} bytes "
+            f"for a chunk of {rows} sequences")
+    return np.frombuffer(response.embeddings, dtype="<f4").reshape(count, width)
+
+
+class ReplicaSource(Protocol):
+    """What the router needs from discovery: the replicas that are ready now."""
+
+    def ready(self) -> list[Replica]: ...
+
+
+class Router:
+    def __init__(self, replicas: ReplicaSource, metrics: GatewayMetrics) -> None:
+        self._replicas = replicas
+        self._metrics = metrics
+        self._picks = itertools.count(1)
+
+    def choose(self, exclude: Sequence[Replica] = ()) -> Replica | None:
+        replica = least_loaded(self._replicas.ready(), exclude)
+        if replica is not None:
+            replica.last_chosen = next(self._picks)
+        return replica
+
+    async def embed(
+        self,
+        sequences: Sequences,
+        chunks: Sequence[Chunk],
+        *,
+        dimensions: int | None,
+        deadline: float,
+    ) -> np.ndarray:
+        """Embed every sequence; float32 [B, D] in input order.
+
+        `deadline` is in the event loop's clock (`loop.time()`). Raises NoReplicaError,
+        DeadlineError, RequestError (the server rejected the input), UpstreamOverloadedError
+        or UpstreamError.
+        """
+        if not self._replicas.ready():
+            raise NoReplicaError(NO_REPLICA_MESSAGE)
+        starts = offsets(sequences.lengths)
+        tasks = [
+            asyncio.ensure_future(self._chunk(sequences, starts, chunk, dimensions, deadline))
+            for chunk in chunks
+        ]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        try:
+            return reassemble(chunks, results)
+        except ValueError as error:
+            raise UpstreamError(str(error)) from None
+
+    async def _chunk(
+        self,
+        sequences: Sequences,
+        starts: np.ndarray,
+        chunk: Chunk,
+        dimensions: int | None,
+        deadline: float,
+    ) -> np.ndarray:
+        input_ids, cu_seqlens = pack(sequences.input_ids, starts, chunk)
+        request = embed_pb2.EmbedRequest(
+            input_ids=input_ids, cu_seqlens=cu_seqlens, dimensions=dimensions or 0,
+            dtype=embed_pb2.FLOAT32)
+        loop = asyncio.get_running_loop()
+        tried: list[Replica] = []
+        while True:
+            replica = self.choose(exclude=tried)
+            if replica is None:
+                raise NoReplicaError(NO_REPLICA_MESSAGE)
+            tried.append(replica)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DeadlineError("the request's deadline passed before its chunks were sent")
+            try:
+                response = await self._call(replica, request, chunk.tokens, remaining)
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+                self._metrics.chunks.labels(replica.address, code.name).inc()
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    replica.suspect(error.details() or code.name)
+                if code in RETRYABLE and len(tried) == 1 and self.choose_would_find(tried):
+                    self._metrics.retries.labels(code.name).inc()
+                    log.info("%s", fields(event="chunk.retry", replica=replica.address,
+                                          code=code.name, sequences=chunk.size,
+                                          tokens=chunk.tokens))
+                    continue
+                raise self._translate(error, replica) from None
+            self._metrics.chunks.labels(replica.address, "OK").inc()
+            return decode_embeddings(response, chunk.size)
+
+    def choose_would_find(self, exclude: Sequence[Replica]) -> bool:
+        return least_loaded(self._replicas.ready(), exclude) is not None
+
+    async def _call(self, replica: Replica, request: embed_pb2.EmbedRequest, tokens: int,
+                    timeout: float) -> embed_pb2.EmbedResponse:
+        gauge = self._metrics.in_flight_tokens.labels(replica.address)
+        replica.in_flight_tokens += tokens
+        gauge.set(replica.in_flight_tokens)
+        try:
+            return await replica.embedder.Embed(request, timeout=timeout)
+        finally:
+            replica.in_flight_tokens -= tokens
+            gauge.set(replica.in_flight_tokens)
+
+    @staticmethod
+    def _translate(error: grpc.aio.AioRpcError, replica: Replica) -> Exception:
+        code, detail = error.code(), error.details() or ""
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return RequestError(f"the server rejected the input: {detail}", param="input")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DeadlineError("the request took longer than its deadline")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return UpstreamOverloadedError(f"every embedding server is busy ({detail}); retry")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return NoReplicaError(f"embedding server {replica.address} is unavailable and no "
+                                  "other server could take the work; retry shortly")
+        return UpstreamError(f"embedding server {replica.address} failed: {code.name} {detail}")

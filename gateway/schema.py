@@ -1,0 +1,170 @@
+"""The OpenAI embeddings API's request and response shapes, parsed and built without I/O.
+
+Owns what a valid request looks like (`EmbeddingsRequest`, `TokenizeRequest`), turning the
+polymorphic `input` field into either texts or token-id sequences with a specific message for
+every malformed case, and encoding responses (float lists or base64 of little-endian float32,
+as OpenAI does). Knows nothing about servers, tokenizers or HTTP status codes: problems are
+raised as RequestError (or pydantic's ValidationError, translated with the others).
+"""
+
+import base64
+import dataclasses
+import json
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
+
+from hedgerow.gateway.errors import RequestError
+
+INPUT_SHAPES = "a string, a list of strings, a list of token ids or a list of token-id lists"
+
+
+class EmbeddingsRequest(BaseModel):
+    """POST /v1/embeddings. Unknown fields are ignored, as OpenAI's clients add their own."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input: Any
+    model: StrictStr
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: StrictInt | None = None
+    user: Any = None  # accepted and ignored
+    input_type: Literal["query", "document"] | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """POST /tokenize: the same input forms and templates as /v1/embeddings."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input: Any
+    model: StrictStr | None = None
+    input_type: Literal["query", "document"] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """A request's inputs: exactly one of `texts` or `token_ids` is set, in input order."""
+
+    texts: list[str] | None = None
+    token_ids: list[list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.texts if self.texts is not None else self.token_ids or ())
+
+
+def _is_token(value: Any) -> bool:
+    return type(value) is int  # bool is an int subclass and is not a token id
+
+
+def _check_text(text: str, where: str) -> None:
+    if not text:
+        raise RequestError(f"{where} is an empty string; every input must have text",
+                           param="input", code="empty_input")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(f"{where} is not valid Unicode (it holds a lone surrogate)",
+                               param="input", code="invalid_text") from None
+
+
+def _check_tokens(tokens: list, where: str) -> None:
+    if not tokens:
+        raise RequestError(f"{where} is an empty token list", param="input", code="empty_input")
+    for position, token in enumerate(tokens):
+        if not _is_token(token):
+            raise RequestError(
+                f"{where}[{position}] is {json.dumps(token)[:40]}; token ids are integers",
+                param="input", code="invalid_type")
+
+
+def parse_inputs(value: Any, max_inputs: int) -> Inputs:
+    """Normalize OpenAI's `input` into texts or token-id lists, rejecting malformed forms."""
+    if isinstance(value, str):
+        _check_text(value, "input")
+        return Inputs(texts=[value])
+    if not isinstance(value, list):
+        raise RequestError(f"input must be {INPUT_SHAPES}; got {_kind(value)}",
+                           param="input", code="invalid_type")
+    if not value:
+        raise RequestError("input is an empty list; send at least one input",
+                           param="input", code="empty_input")
+    if len(value) > max_inputs:
+        raise RequestError(
+            f"input has {len(value)} items; at most {max_inputs} are accepted per request "
+            "(--max-inputs)", param="input", code="too_many_inputs")
+    first = value[0]
+    if isinstance(first, str):
+        for index, text in enumerate(value):
+            if not isinstance(text, str):
+                raise _mixed(index, text, "a string")
+            _check_text(text, f"input[{index}]")
+        return Inputs(texts=list(value))
+    if _is_token(first):
+        _check_tokens(value, "input")
+        return Inputs(token_ids=[value])
+    if isinstance(first, list):
+        for index, tokens in enumerate(value):
+            if not isinstance(tokens, list):
+                raise _mixed(index, tokens, "a list of token ids")
+            _check_tokens(tokens, f"input[{index}]")
+        return Inputs(token_ids=list(value))
+    raise RequestError(f"input must be {INPUT_SHAPES}; input[0] is {_kind(first)}",
+                       param="input", code="invalid_type")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _mixed(index: int, value: Any, expected: str) -> RequestError:
+    return RequestError(
+        f"input[{index}] is {_kind(value)} but input[0] makes every item {expected}; "
+        f"input must be {INPUT_SHAPES}", param="input", code="invalid_type")
+
+
+def check_token_range(token_ids: list[list[int]], vocab_size: int) -> None:
+    """Every id must be in [0, vocab_size); name the first one that is not."""
+    for index, tokens in enumerate(token_ids):
+        low, high = min(tokens), max(tokens)
+        if low < 0 or high >= vocab_size:
+            position = next(i for i, t in enumerate(tokens) if t < 0 or t >= vocab_size)
+            raise RequestError(
+                f"input[{index}][{position}] is token id {tokens[position]}, outside the "
+                f"model's vocabulary [0, {vocab_size})", param="input", code="invalid_token_id")
+
+
+def embeddings_body(
+    embeddings: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str
+) -> bytes:
+    """The JSON body of an embeddings response; `embeddings` is float32 [B, D] in input order.
+
+    base64 is the little-endian float32 bytes of each row, as OpenAI encodes it.
+    """
+    rows = np.ascontiguousarray(embeddings, dtype="<f4")
+    if encoding_format == "base64":
+        values = [base64.b64encode(row.tobytes()).decode("ascii") for row in rows]
+    else:
+        values = rows.tolist()
+    body = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def tokenize_body(sequences: list[np.ndarray], *, model: str) -> bytes:
+    """The JSON body of a /tokenize response: ids and count per input, and the total."""
+    data = [{"index": i, "tokens": ids.tolist(), "count": int(ids.shape[0])}
+            for i, ids in enumerate(sequences)]
+    total = sum(item["count"] for item in data)
+    body = {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": total, "total_tokens": total}}
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")

@@ -1,0 +1,127 @@
+"""Text to token ids with Hugging Face `tokenizers`, in batch and off the event loop.
+
+Owns tokenization and templating: a template (the input type's prefix) is prepended to each
+text, the batch is encoded by the Rust tokenizer in a thread pool so a large request never
+stalls the event loop, and sequences longer than the model's limit are rejected with the limit
+named (or truncated, when configured). Padding and the tokenizer file's own truncation are
+switched off: the wire is ragged. Knows nothing about servers, HTTP or chunking.
+"""
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import threading
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from hedgerow.errors import ModelLoadError
+from hedgerow.gateway.errors import RequestError
+
+
+@dataclasses.dataclass(frozen=True)
+class Sequences:
+    """A request's sequences in the ragged layout.
+
+    input_ids: int32 [T], every sequence back to back; lengths: int32 [B], tokens per sequence.
+    """
+
+    input_ids: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def total_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def sequence(self, index: int) -> np.ndarray:
+        start = int(self.lengths[:index].sum())
+        return self.input_ids[start:start + int(self.lengths[index])]
+
+    @classmethod
+    def from_lists(cls, sequences: list[list[int]]) -> "Sequences":
+        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int32, count=len(sequences))
+        flat = np.fromiter(
+            (t for s in sequences for t in s), dtype=np.int64, count=int(lengths.sum())
+        )
+        return cls(input_ids=flat.astype(np.int32), lengths=lengths)
+
+
+def too_long_message(index: int, length: int, max_tokens: int) -> str:
+    return (
+        f"input[{index}] has {length} tokens; the model accepts at most {max_tokens} tokens per "
+        "input. Shorten it, or run the gateway with --truncate to cut long inputs."
+    )
+
+
+class TextTokenizer:
+    """One model's tokenizer, shared by every request of the gateway."""
+
+    def __init__(self, model_dir: Path, threads: int) -> None:
+        path = model_dir / "tokenizer.json"
+        try:
+            self._json = path.read_text(encoding="utf-8")
+            self._plain = self._untruncated(self._json)
+        except Exception as error:  # OSError, or the bare Exception tokenizers raises on bad JSON
+            raise ModelLoadError(f"{path}: cannot load the tokenizer ({error})") from error
+        self._truncating: dict[int, Tokenizer] = {}
+        self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="tokenize"
+        )
+
+    @staticmethod
+    def _untruncated(text: str) -> Tokenizer:
+        tokenizer = Tokenizer.from_str(text)
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        return tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self._plain.get_vocab_size(with_added_tokens=True)
+
+    def _truncating_tokenizer(self, max_tokens: int) -> Tokenizer:
+        with self._lock:
+            tokenizer = self._truncating.get(max_tokens)
+            if tokenizer is None:
+                tokenizer = self._untruncated(self._json)
+                tokenizer.enable_truncation(max_tokens)
+                self._truncating[max_tokens] = tokenizer
+            return tokenizer
+
+    def encode_sync(
+        self, texts: list[str], template: str, max_tokens: int, truncate: bool
+    ) -> Sequences:
+        """Tokenize `texts` (with `template` prepended) in this thread; see `encode`."""
+        if template:
+            texts = [template + text for text in texts]
+        tokenizer = self._truncating_tokenizer(max_tokens) if truncate else self._plain
+        encodings = tokenizer.encode_batch_fast(texts)  # no offsets: ids are all we need
+        ids = [encoding.ids for encoding in encodings]
+        sequences = Sequences.from_lists(ids)
+        if not truncate:
+            over = np.flatnonzero(sequences.lengths > max_tokens)
+            if over.size:
+                first = int(over[0])
+                raise RequestError(
+                    too_long_message(first, int(sequences.lengths[first]), max_tokens),
+                    param="input",
+                    code="context_length_exceeded",
+                )
+        return sequences
+
+    async def encode(
+        self, texts: list[str], *, template: str, max_tokens: int, truncate: bool
+    ) -> Sequences:
+        """Tokenize in the thread pool; raise RequestError for an input over `max_tokens`.
+
+        Returns the ragged int32 ids of every text in input order, special tokens included.
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool, self.encode_sync, texts, template, max_tokens, truncate
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
