@@ -40,7 +40,6 @@ class Request:
     rows: list[Any] = field(default_factory=list)
     remaining: int = 0          # sequences without a row yet
     queued_tokens: int = 0      # tokens of this request still waiting in the pool
-    started: float | None = None  # when its first sequence left the pool
 
     def __post_init__(self) -> None:
         if len(self.payloads) != len(self.lengths):
@@ -152,8 +151,6 @@ class Scheduler:
             entries.append(entry)
             tokens += entry.length
             request.queued_tokens -= entry.length
-            if request.started is None:
-                request.started = now
         self.pool_tokens -= tokens
         self.engine_tokens += tokens
         if not entries and not dropped:

@@ -1,0 +1,149 @@
+"""The server process's life: listen, load, serve, drain, exit.
+
+Order of events: the gRPC listener (Embedder + grpc.health.v1, health NOT_SERVING) and the
+HTTP listener come up first, so probes get answers while the model loads on a worker thread;
+then the scheduling loop starts and health turns SERVING once the engine is warm (it has no
+hot set, or has captured all of it). SIGTERM or SIGINT turns health NOT_SERVING, stops
+admitting (new Embed calls get UNAVAILABLE), finishes admitted work within the shutdown
+grace, stops the listeners and returns 0. Knows nothing about batching or byte layouts.
+"""
+
+import asyncio
+import logging
+import signal
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from hedgerow.defaults import default_model_path
+from hedgerow.errors import ConfigError, HedgerowError
+from hedgerow.logs import fields
+from hedgerow.server.http import start_http
+from hedgerow.server.loop import EmbedLoop
+from hedgerow.server.metrics import ServerMetrics
+from hedgerow.server.scheduler import Scheduler
+from hedgerow.server.service import SERVICE_NAME, EmbedderService
+from hedgerow.server.settings import ServerSettings
+from hedgerow.server.state import ServerState, is_warm
+from hedgerow.wire import embed_pb2_grpc
+
+log = logging.getLogger("hedgerow.server")
+
+HEALTH_SERVICES = ("", SERVICE_NAME)
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    """Message size limits that fit the largest legal request; responses are unbounded."""
+    request_bytes = 8 * settings.max_request_tokens + 64 * 1024
+    return [
+        ("grpc.max_receive_message_length", request_bytes),
+        ("grpc.max_send_message_length", -1),
+    ]
+
+
+def load_engine(settings: ServerSettings):
+    """Load the engine (blocking; run it on a worker thread). Raises ModelLoadError."""
+    from hedgerow.engine.engine import Engine
+
+    path = settings.model or default_model_path()
+    engine = Engine.load(path, device=settings.device, dtype=settings.dtype)
+    warmup = getattr(engine, "warmup", None)
+    if callable(warmup):
+        warmup()
+    return engine
+
+
+async def serve(settings: ServerSettings, stop: asyncio.Event | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT (or `stop` is set); returns the exit status."""
+    stop = stop or asyncio.Event()
+    running = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        running.add_signal_handler(signum, stop.set)
+
+    state = ServerState(settings=settings, metrics=ServerMetrics())
+    health = HealthServicer()
+    for name in HEALTH_SERVICES:
+        await health.set(name, _NOT_SERVING)
+    server = grpc.aio.server(options=grpc_options(settings))
+    embed_pb2_grpc.add_EmbedderServicer_to_server(EmbedderService(state), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    address = f"{settings.host}:{settings.port}"
+    if server.add_insecure_port(address) == 0:
+        raise ConfigError(f"cannot listen for gRPC on {address}: is the port in use?")
+    await server.start()
+    try:
+        http = await start_http(state, settings.host, settings.http_port)
+    except OSError as error:
+        await server.stop(None)
+        raise ConfigError(
+            f"cannot listen for HTTP on {settings.host}:{settings.http_port}: {error}") from None
+    log.info("%s", fields(event="server.listening", grpc=address,
+                          http=f"{settings.host}:{settings.http_port}"))
+    try:
+        loaded = await _load(state, stop)
+        if loaded:
+            if is_warm(state.engine):
+                await _set_serving(state, health)
+            await stop.wait()
+        return await _shutdown(state, health, server)
+    finally:
+        http.close()
+        await http.wait_closed()
+
+
+async def _load(state: ServerState, stop: asyncio.Event) -> bool:
+    """Load the engine unless asked to stop first; start the loop. Raises ModelLoadError."""
+    settings = state.settings
+    loading = asyncio.ensure_future(asyncio.to_thread(load_engine, settings))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not loading.done():
+        log.info("%s", fields(event="server.stopped_while_loading"))
+        return False
+    try:
+        engine = loading.result()
+    except HedgerowError as error:
+        state.load_error = str(error)
+        raise
+    scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
+                          settings.max_inflight_tokens)
+    loop = EmbedLoop(engine, scheduler, state.metrics)
+    loop.start()
+    state.engine, state.loop = engine, loop
+    return True
+
+
+async def _set_serving(state: ServerState, health: HealthServicer) -> None:
+    for name in HEALTH_SERVICES:
+        await health.set(name, _SERVING)
+    state.serving = True
+    info = state.engine.info
+    log.info("%s", fields(event="server.serving", model=info.name, dimensions=info.dimensions,
+                          device=info.device, dtype=info.dtype))
+
+
+async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio.Server) -> int:
+    settings = state.settings
+    began = time.monotonic()
+    state.serving = False
+    await health.enter_graceful_shutdown()
+    loop = state.loop
+    inflight = loop.inflight_tokens if loop else 0
+    log.info("%s", fields(event="server.draining", inflight_tokens=inflight,
+                          grace_seconds=settings.shutdown_grace))
+    drained = True
+    if loop is not None:
+        drained = await loop.drain(settings.shutdown_grace)
+    # Handlers whose futures are complete still have to write their responses.
+    left = max(settings.shutdown_grace - (time.monotonic() - began), 1.0)
+    await server.stop(left)
+    if loop is not None:
+        await loop.close()
+    log.info("%s", fields(event="server.stopped", drained=drained,
+                          seconds=time.monotonic() - began))
+    return 0

@@ -1,0 +1,106 @@
+"""Wire messages to tensors and back: the only place that knows the byte layouts.
+
+In: `EmbedRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian
+[B+1] become a validated `RaggedBatch` plus the request's options. Out: float32 [B, D] rows,
+postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked dtype, become
+packed little-endian bytes with their shape. Knows nothing about scheduling or gRPC status
+codes: problems are raised as InvalidInputError with a message for the caller.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.pooling import postprocess
+from hedgerow.errors import InvalidInputError
+from hedgerow.wire import embed_pb2
+
+_TORCH_DTYPES = {
+    embed_pb2.FLOAT32: torch.float32,
+    embed_pb2.FLOAT16: torch.float16,
+    embed_pb2.BFLOAT16: torch.bfloat16,
+}
+# Little-endian numpy views used to write the bytes (bfloat16 travels as its 16-bit pattern).
+_WIRE_VIEWS = {
+    embed_pb2.FLOAT32: (torch.float32, "<f4"),
+    embed_pb2.FLOAT16: (torch.float16, "<f2"),
+    embed_pb2.BFLOAT16: (torch.int16, "<i2"),
+}
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    normalize: bool
+    dimensions: int | None   # None: the model's full width
+    dtype: int               # an embed_pb2.DType value
+
+
+def decode_int32(data: bytes, name: str) -> torch.Tensor:
+    """Packed little-endian int32 bytes -> int32 tensor [n] (a copy the caller owns)."""
+    if len(data) % 4:
+        raise InvalidInputError(
+            f"{name} must be packed little-endian int32 (a multiple of 4 bytes), got "
+            f"{len(data)} bytes")
+    return torch.from_numpy(np.frombuffer(data, dtype="<i4").astype(np.int32))
+
+
+def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> RaggedBatch:
+    """The request's token ids as a RaggedBatch whose layout has been checked.
+
+    Checks what needs no model: non-empty, a valid ragged layout, the per-request token
+    limit. The engine's own `validate` (vocabulary, sequence length) comes after.
+    """
+    if not request.input_ids and len(request.cu_seqlens) <= 4:
+        raise InvalidInputError("empty request: no sequences to embed")
+    input_ids = decode_int32(request.input_ids, "input_ids")
+    cu_seqlens = decode_int32(request.cu_seqlens, "cu_seqlens")
+    if input_ids.numel() > max_request_tokens:
+        raise InvalidInputError(
+            f"request carries {input_ids.numel()} tokens, more than this server's per-request "
+            f"limit of {max_request_tokens}; split it into smaller requests")
+    return RaggedBatch.from_arrays(input_ids, cu_seqlens)
+
+
+def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normalize: bool
+                   ) -> EmbedOptions:
+    """Normalisation, Matryoshka dimensions (1..width, 0 = full) and output dtype."""
+    if request.dtype not in _TORCH_DTYPES:
+        raise InvalidInputError(
+            f"dtype {request.dtype} is not one of FLOAT32 (0), FLOAT16 (1), BFLOAT16 (2)")
+    if request.dimensions > width:
+        raise InvalidInputError(
+            f"dimensions {request.dimensions} exceeds the model's width of {width}")
+    normalize = request.normalize if request.HasField("normalize") else default_normalize
+    return EmbedOptions(normalize=normalize, dimensions=request.dimensions or None,
+                        dtype=request.dtype)
+
+
+def encode_embeddings(rows: torch.Tensor, options: EmbedOptions, prompt_tokens: int
+                      ) -> embed_pb2.EmbedResponse:
+    """Pooled rows float32 [B, D] -> EmbedResponse with little-endian [B, d] of options.dtype."""
+    out = postprocess(rows, options.normalize, options.dimensions)
+    cast, view = _WIRE_VIEWS[options.dtype]
+    if cast is torch.int16:
+        array = out.to(torch.bfloat16).contiguous().view(torch.int16).numpy()
+    else:
+        array = out.to(cast).contiguous().numpy()
+    return embed_pb2.EmbedResponse(
+        embeddings=array.astype(view, copy=False).tobytes(),
+        shape=list(out.shape),
+        dtype=options.dtype,
+        prompt_tokens=prompt_tokens,
+    )
+
+
+def decode_embeddings(response: embed_pb2.EmbedResponse) -> np.ndarray:
+    """EmbedResponse -> float32 numpy [B, d] (for clients and tests)."""
+    if response.dtype == embed_pb2.BFLOAT16:
+        bits = np.frombuffer(response.embeddings, dtype="<u2").astype(np.uint32) << 16
+        array = bits.view(np.float32)
+    elif response.dtype == embed_pb2.FLOAT16:
+        array = np.frombuffer(response.embeddings, dtype="<f2").astype(np.float32)
+    else:
+        array = np.frombuffer(response.embeddings, dtype="<f4").astype(np.float32)
+    return array.reshape(tuple(response.shape))

@@ -1,0 +1,75 @@
+"""The server's tiny HTTP side (port 9090): GET /metrics and GET /warmup, nothing else.
+
+A minimal asyncio HTTP/1.1 responder (one request per connection, `Connection: close`), so
+the server extra needs no web framework. /metrics is the Prometheus text exposition of the
+server's registry; /warmup is JSON from `warmup_status` (what the operator's readiness gate
+reads). Knows nothing about gRPC, the engine or scheduling.
+"""
+
+import asyncio
+import json
+import logging
+from typing import Callable
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from hedgerow.logs import fields
+from hedgerow.server.state import ServerState, warmup_status
+
+log = logging.getLogger("hedgerow.server.http")
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_MAX_HEAD = 16 * 1024
+_READ_TIMEOUT_S = 10.0
+
+Route = Callable[[], tuple[str, bytes]]
+
+
+def routes(state: ServerState) -> dict[str, Route]:
+    """Path -> a function returning (content type, body)."""
+    return {
+        "/metrics": lambda: (CONTENT_TYPE_LATEST, state.metrics.render()),
+        "/warmup": lambda: ("application/json",
+                            json.dumps(warmup_status(state), sort_keys=True).encode()),
+    }
+
+
+async def start_http(state: ServerState, host: str, port: int) -> asyncio.Server:
+    """Listen on host:port; close the returned server to stop."""
+    table = routes(state)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, content_type, body, head_only = await _respond(reader, table)
+            head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            writer.write(head if head_only else head + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError) as error:
+            log.debug("%s", fields(event="http.dropped", error=repr(error)))
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, host, port, limit=_MAX_HEAD)
+    return server
+
+
+async def _respond(reader: asyncio.StreamReader, table: dict[str, Route]
+                   ) -> tuple[int, str, bytes, bool]:
+    """Read one request head and pick the response: (status, content type, body, HEAD?)."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
+    except asyncio.LimitOverrunError:
+        return 400, "text/plain", b"request head too large\n", False
+    parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return 400, "text/plain", b"malformed request line\n", False
+    method, target = parts[0], parts[1]
+    path = target.split("?", 1)[0]
+    if path not in table:
+        known = ", ".join(sorted(table))
+        return 404, "text/plain", f"not found; this server serves {known}\n".encode(), False
+    if method not in ("GET", "HEAD"):
+        return 405, "text/plain", b"only GET and HEAD are supported\n", False
+    content_type, body = table[path]()
+    return 200, content_type, body, method == "HEAD"

@@ -1,0 +1,272 @@
+"""The scheduling loop: one asyncio task owns the pool and feeds the engine.
+
+Callers `submit()` a request and `await result()`; the loop task alone forms batches
+(first come, first served, via `Scheduler`), launches `engine.step` on one dedicated worker
+thread, and completes each request's future with its pooled rows, float32 [n, D], once the
+batch's LazyTensor is ready. While batch N is pending it already forms and launches batch
+N+1 (at most `depth` batches in flight), so on a GPU the host prepares the next batch while
+the device computes, and on CPU (where `step` computes synchronously in the worker thread)
+the event loop keeps accepting requests meanwhile.
+
+A pending LazyTensor is polled with `ready()`; one that is not ready when its step returns is
+handed to a second thread whose `synchronize()` blocks outside the event loop (and without
+the GIL), then wakes the loop. Nothing here ever blocks the event loop.
+
+It knows nothing about gRPC, the wire format or postprocessing: token ids in, raw pooled
+float32 rows out. The engine is anything with `step(RaggedBatch) -> LazyTensor`.
+"""
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from hedgerow.engine.batch import RaggedBatch
+from hedgerow.errors import HedgerowError, NotReadyError
+from hedgerow.logs import fields
+from hedgerow.server.metrics import ServerMetrics
+from hedgerow.server.scheduler import Batch, Request, Scheduler
+
+log = logging.getLogger("hedgerow.server.loop")
+
+
+class DeadlineExceededError(HedgerowError):
+    """The request's deadline passed before its sequences reached the engine."""
+
+
+class EngineStepError(HedgerowError):
+    """The engine raised while running a batch; every request in it fails."""
+
+
+def ragged_from_batch(batch: Batch) -> RaggedBatch:
+    """Concatenate the batch's sequences (int32 [len] each) into one RaggedBatch."""
+    input_ids = torch.cat([entry.payload for entry in batch.entries])
+    lengths = [entry.length for entry in batch.entries]
+    cu_seqlens = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    return RaggedBatch(input_ids=input_ids, cu_seqlens=cu_seqlens, max_seqlen=max(lengths))
+
+
+@dataclass(eq=False)
+class _Launched:
+    """A batch handed to the engine, and where its result stands."""
+
+    batch: Batch
+    launched_at: float
+    step: asyncio.Future            # -> LazyTensor, from the step thread
+    sync: asyncio.Future | None = None  # -> tensor, from the sync thread (not-ready results)
+    rows: torch.Tensor | None = None
+
+
+class EmbedLoop:
+    """Owns the pool; turns submitted requests into engine steps and completed futures."""
+
+    def __init__(
+        self,
+        engine: Any,
+        scheduler: Scheduler,
+        metrics: ServerMetrics,
+        *,
+        depth: int = 2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if depth < 1:
+            raise ValueError("depth must be at least 1")
+        self._engine = engine
+        self._scheduler = scheduler
+        self._metrics = metrics
+        self._depth = depth
+        self._clock = clock
+        self._launched: deque[_Launched] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+        self._admitting = True
+        self._task: asyncio.Task | None = None
+        self._step_thread = ThreadPoolExecutor(1, thread_name_prefix="hedgerow-step")
+        self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix="hedgerow-sync")
+        self.steps = 0
+        self.shapes: set[tuple[int, int]] = set()  # (sequences, tokens) of steps run
+
+    # --- callers (request handlers) -------------------------------------------------------
+
+    def submit(self, payloads: list[torch.Tensor], deadline: float | None) -> Request:
+        """Admit one request (int32 token tensors, one per sequence) or raise.
+
+        Raises NotReadyError while shutting down and OverloadedError past the admission
+        bound, both at once. `deadline` is on this loop's clock (time.monotonic).
+        """
+        if not self._admitting:
+            raise NotReadyError("server is shutting down; send the request to another replica")
+        now = self._clock()
+        request = Request(
+            payloads=payloads,
+            lengths=[int(p.numel()) for p in payloads],
+            deadline=deadline,
+            arrival=now,
+            handle=asyncio.get_running_loop().create_future(),
+        )
+        self._scheduler.submit(request)
+        self._idle.clear()
+        self._update_gauges()
+        self._wake.set()
+        return request
+
+    async def result(self, request: Request) -> torch.Tensor:
+        """Wait for `request`'s rows, float32 [n, D] in its sequence order.
+
+        If the waiting caller is cancelled (client cancel, gRPC deadline), the request is
+        withdrawn: its sequences still in the pool never reach the engine.
+        """
+        try:
+            return await request.handle
+        except asyncio.CancelledError:
+            self.cancel(request)
+            raise
+
+    def cancel(self, request: Request) -> None:
+        """Withdraw a request; its waiting sequences are dropped, its future cancelled."""
+        if request.active:
+            self._scheduler.cancel(request)
+            self._update_gauges()
+            self._wake.set()
+        if not request.handle.done():
+            request.handle.cancel()
+
+    @property
+    def inflight_tokens(self) -> int:
+        """Tokens admitted and not yet answered."""
+        return self._scheduler.inflight_tokens
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="hedgerow-scheduling-loop")
+
+    def stop_admitting(self) -> None:
+        self._admitting = False
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop admitting and wait until everything admitted is answered; False on timeout."""
+        self.stop_admitting()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Stop the loop task and the worker threads (after `drain`, or abandoning work)."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        self._step_thread.shutdown(wait=True)
+        self._sync_thread.shutdown(wait=True)
+
+    # --- the loop task ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            self._collect()
+            self._launch()
+            if self._scheduler.idle and not self._launched:
+                self._idle.set()
+            await self._wake.wait()
+        for launched in self._launched:
+            for request in self._scheduler.fail(launched.batch):
+                self._finish(request, exception=NotReadyError("server stopped before this "
+                                                              "request was answered"))
+        self._launched.clear()
+
+    def _launch(self) -> None:
+        """Form and launch batches while fewer than `depth` are in flight."""
+        running = asyncio.get_running_loop()
+        while len(self._launched) < self._depth:
+            now = self._clock()
+            batch = self._scheduler.next_batch(now)
+            if batch is None:
+                break
+            for request in batch.dropped:
+                self._finish(request, exception=DeadlineExceededError(
+                    "the request's deadline passed while it waited for the engine"))
+            if not batch.entries:
+                continue
+            for entry in batch.entries:
+                if entry.index == 0:
+                    self._metrics.queue_seconds.observe(now - entry.request.arrival)
+            ragged = ragged_from_batch(batch)
+            step = running.run_in_executor(self._step_thread, self._engine.step, ragged)
+            step.add_done_callback(self._on_done)
+            self._launched.append(_Launched(batch, now, step))
+            self.steps += 1
+            self.shapes.add((batch.num_seqs, batch.num_tokens))
+            self._metrics.tokens.inc(batch.num_tokens)
+            self._metrics.batch_tokens.observe(batch.num_tokens)
+            self._metrics.batch_sequences.observe(batch.num_seqs)
+        self._update_gauges()
+
+    def _collect(self) -> None:
+        """Complete finished batches in launch order (one stream: they finish in order)."""
+        while self._launched:
+            head = self._launched[0]
+            if not head.step.done():
+                return
+            if head.rows is None:
+                try:
+                    head.rows = self._rows(head)
+                except Exception as error:  # the engine failed: fail its requests, loudly
+                    self._launched.popleft()
+                    self._fail(head, error)
+                    continue
+                if head.rows is None:
+                    return
+            self._launched.popleft()
+            self._metrics.step_seconds.observe(self._clock() - head.launched_at)
+            for request in self._scheduler.complete(head.batch, head.rows):
+                self._finish(request, result=torch.stack(request.rows))
+        self._update_gauges()
+
+    def _rows(self, head: _Launched) -> torch.Tensor | None:
+        """The batch's rows if they are on the host now; else arrange a wake-up, None."""
+        if head.sync is not None:
+            return head.sync.result() if head.sync.done() else None
+        lazy = head.step.result()
+        if lazy.ready():
+            return lazy.synchronize()
+        head.sync = asyncio.get_running_loop().run_in_executor(
+            self._sync_thread, lazy.synchronize)
+        head.sync.add_done_callback(self._on_done)
+        return None
+
+    def _fail(self, head: _Launched, error: BaseException) -> None:
+        log.error("%s", fields(event="engine.step_failed", sequences=head.batch.num_seqs,
+                               tokens=head.batch.num_tokens, error=repr(error)),
+                  exc_info=error)
+        failure = EngineStepError(f"the engine failed on this request's batch: {error}")
+        for request in self._scheduler.fail(head.batch):
+            self._finish(request, exception=failure)
+
+    def _finish(self, request: Request, *, result: Any = None,
+                exception: BaseException | None = None) -> None:
+        future = request.handle
+        if future.done():
+            return
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+
+    def _on_done(self, _future: asyncio.Future) -> None:
+        self._wake.set()
+
+    def _update_gauges(self) -> None:
+        self._metrics.pool_tokens.set(self._scheduler.pool_tokens)
+        self._metrics.inflight_tokens.set(self._scheduler.inflight_tokens)

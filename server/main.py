@@ -1,0 +1,40 @@
+"""`hedgerow server`: the gRPC embedding server, one per GPU (or one on a CPU machine).
+
+Parses the flags (every one also an HEDGEROW_* variable) into ServerSettings once, sets up
+logging, and runs the asyncio server on uvloop when it is installed. Knows nothing else.
+"""
+
+import argparse
+import asyncio
+import logging
+
+from hedgerow import logs, settings
+from hedgerow.server.settings import ServerSettings
+
+HELP = ("Serve a text-embedding model over gRPC (Embedder + grpc.health.v1) with /metrics and "
+        "/warmup over HTTP.")
+
+log = logging.getLogger("hedgerow.server")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    settings.add_arguments(parser, ServerSettings)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = settings.load(ServerSettings, args)
+    logs.configure(config.log_level)
+    log.info("%s", logs.fields(event="server.settings", **settings.describe(config)))
+    from hedgerow.server.app import serve
+
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(serve(config))
+
+
+def _loop_factory():
+    """uvloop's event loop when it is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop

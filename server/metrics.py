@@ -1,0 +1,70 @@
+"""The server's Prometheus metrics, in a registry of their own (no process-global state).
+
+Owns metric names, help texts and buckets. `hedgerow_tokens_total` counts tokens the engine
+actually ran (sent in a step), so autoscaling reads real work, and a request dropped before
+the engine (expired, cancelled) adds nothing to it. Knows nothing about gRPC or the engine.
+"""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Request outcomes, the values of the `status` label of hedgerow_requests_total.
+OK, INVALID, OVERLOADED, UNAVAILABLE, CANCELLED, EXPIRED, FAILED = (
+    "ok", "invalid_argument", "resource_exhausted", "unavailable", "cancelled",
+    "deadline_exceeded", "internal",
+)
+STATUSES = (OK, INVALID, OVERLOADED, UNAVAILABLE, CANCELLED, EXPIRED, FAILED)
+
+_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+_SEQ_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+            0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ServerMetrics:
+    """Every metric the server exports; `render()` is the /metrics body."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.tokens = Counter(
+            "hedgerow_tokens", "Tokens run through the engine (the autoscaling signal).",
+            registry=r,
+        )
+        self.requests = Counter(
+            "hedgerow_requests", "Embed requests by final status.", ["status"], registry=r,
+        )
+        for status in STATUSES:
+            self.requests.labels(status)
+        self.batch_tokens = Histogram(
+            "hedgerow_batch_tokens", "Tokens per engine step.", buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.batch_sequences = Histogram(
+            "hedgerow_batch_sequences", "Sequences per engine step.", buckets=_SEQ_BUCKETS,
+            registry=r,
+        )
+        self.pool_tokens = Gauge(
+            "hedgerow_pool_tokens", "Tokens waiting in the pool for a batch.", registry=r,
+        )
+        self.inflight_tokens = Gauge(
+            "hedgerow_inflight_tokens",
+            "Tokens admitted and not yet answered (pool plus engine); admission bounds this.",
+            registry=r,
+        )
+        self.queue_seconds = Histogram(
+            "hedgerow_queue_seconds",
+            "Queueing delay: from admission until the request's first sequence is batched.",
+            buckets=_SECONDS, registry=r,
+        )
+        self.step_seconds = Histogram(
+            "hedgerow_step_seconds",
+            "Engine step time: from launch until the result is in host memory.",
+            buckets=_SECONDS, registry=r,
+        )
+        self.request_seconds = Histogram(
+            "hedgerow_request_seconds", "Embed latency inside the server, admission to answer.",
+            buckets=_SECONDS, registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

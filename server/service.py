@@ -1,0 +1,112 @@
+"""The gRPC Embedder servicer: convert, call, convert back; errors translated in one place.
+
+`Embed` decodes and validates the request (ragged layout, per-request token limit, the
+engine's vocabulary and length checks, dimensions and dtype), submits its sequences to the
+scheduling loop with the call's deadline, awaits the rows and encodes them. `Info` reports
+the engine's model. Every HedgerowError becomes its status code in `_abort`; nothing else is
+caught. The servicer knows nothing about batching or the engine's internals.
+"""
+
+import asyncio
+import logging
+import time
+
+import grpc
+import torch
+
+from hedgerow import __version__
+from hedgerow.errors import (
+    HedgerowError, InvalidInputError, NotReadyError, OverloadedError,
+)
+from hedgerow.logs import fields
+from hedgerow.server import metrics as m
+from hedgerow.server.convert import decode_batch, decode_options, encode_embeddings
+from hedgerow.server.loop import DeadlineExceededError, EngineStepError
+from hedgerow.server.state import ServerState
+from hedgerow.wire import embed_pb2, embed_pb2_grpc
+
+log = logging.getLogger("hedgerow.server.service")
+
+SERVICE_NAME = embed_pb2.DESCRIPTOR.services_by_name["Embedder"].full_name
+
+# The one translation table: error class -> (gRPC status, requests_total status label).
+_CODES: list[tuple[type, grpc.StatusCode, str]] = [
+    (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT, m.INVALID),
+    (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED, m.OVERLOADED),
+    (NotReadyError, grpc.StatusCode.UNAVAILABLE, m.UNAVAILABLE),
+    (DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED, m.EXPIRED),
+    (EngineStepError, grpc.StatusCode.INTERNAL, m.FAILED),
+    (HedgerowError, grpc.StatusCode.INTERNAL, m.FAILED),
+]
+
+
+class EmbedderService(embed_pb2_grpc.EmbedderServicer):
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+
+    async def Embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext
+                    ) -> embed_pb2.EmbedResponse:
+        metrics = self._state.metrics
+        start = time.monotonic()
+        try:
+            response = await self._embed(request, context, start)
+        except HedgerowError as error:
+            await self._abort(context, error)
+        except asyncio.CancelledError:
+            remaining = context.time_remaining()
+            expired = remaining is not None and remaining <= 0
+            metrics.requests.labels(m.EXPIRED if expired else m.CANCELLED).inc()
+            raise
+        metrics.requests.labels(m.OK).inc()
+        metrics.request_seconds.observe(time.monotonic() - start)
+        return response
+
+    async def _embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext,
+                     start: float) -> embed_pb2.EmbedResponse:
+        engine, loop = self._ready()
+        batch = decode_batch(request, self._state.settings.max_request_tokens)
+        engine.validate(batch)
+        options = decode_options(request, engine.info.dimensions, engine.info.normalize)
+        remaining = context.time_remaining()
+        deadline = None if remaining is None else start + remaining
+        sequences = list(torch.split(batch.input_ids, batch.lengths()))
+        pending = loop.submit(sequences, deadline)
+        rows = await loop.result(pending)
+        return encode_embeddings(rows, options, batch.num_tokens)
+
+    async def Info(self, request: embed_pb2.InfoRequest, context: grpc.aio.ServicerContext
+                   ) -> embed_pb2.InfoResponse:
+        try:
+            engine, _ = self._ready()
+        except HedgerowError as error:
+            await self._abort(context, error, count=False)
+        info = engine.info
+        return embed_pb2.InfoResponse(
+            model=info.name,
+            architecture=info.architecture,
+            dimensions=info.dimensions,
+            max_tokens=info.max_tokens,
+            max_request_tokens=self._state.settings.max_request_tokens,
+            pooling=info.pooling,
+            normalize=info.normalize,
+            templates=dict(info.templates),
+            version=__version__,
+            vocab_size=info.vocab_size,
+        )
+
+    def _ready(self):
+        state = self._state
+        if state.engine is None or state.loop is None:
+            raise NotReadyError("the model is still loading; retry shortly")
+        return state.engine, state.loop
+
+    async def _abort(self, context: grpc.aio.ServicerContext, error: HedgerowError,
+                     count: bool = True) -> None:
+        for kind, code, label in _CODES:
+            if isinstance(error, kind):
+                break
+        if count:
+            self._state.metrics.requests.labels(label).inc()
+        if code is grpc.StatusCode.INTERNAL:
+            log.error("%s", fields(event="embed.failed", error=str(error)))
+        await context.abort(code, str(error))
