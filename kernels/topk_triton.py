@@ -1,0 +1,201 @@
+"""The Triton top-k kernel: one program per row, ranking in topk_reference's order, bit-exact.
+
+Owns the kernel, its launch configurations and the launcher. It does not know about the custom
+op, graph capture or argument checking (kernels/topk.py) and assumes valid arguments.
+
+Every column gets the reference's 64-bit key (order-preserving float32 score bits above the
+inverted column index), so all keys of a row are distinct and "top-k keys" is exact. Two
+methods, picked per launch (see `choose_config`):
+
+- "threshold" (after the warp-per-row design in seeds/001): pass 1 streams the row in chunks of
+  BLOCK and keeps an elementwise running max, then folds it to LANES lane maxima (lane = column
+  mod LANES). The k-th largest lane maximum `t` is a lower bound for the k-th largest key: at
+  least k keys (those lane maxima) are >= t. Pass 2 keeps only keys >= t, compacts them into a
+  per-row scratch of CAP slots (positions from a prefix sum, so slot order is column order) and
+  ranks them with a bitonic top-k. For random data about k + k*k/(2*LANES) keys survive. If more
+  than CAP survive (adversarial rows, e.g. values periodic in LANES), the row falls back to the
+  exact "bitonic" method below, so the result never depends on the data's shape.
+- "bitonic": stream the row in chunks, take each chunk's top KPAD keys with `tl.topk` (a bitonic
+  top-k network) and merge them into a running top KPAD. One pass, no scratch, more compute.
+
+Runs under the Triton CPU interpreter (TRITON_INTERPRET=1, decided when this module is imported)
+and compiled on CUDA; written against triton 3.6 and 3.9.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .topk_reference import SENTINEL_KEY
+
+_SENTINEL = tl.constexpr(SENTINEL_KEY)
+MAX_K = 64  # the largest k the kernel handles; kernels.topk sorts past it
+METHODS = ("threshold", "bitonic")
+
+
+@triton.jit
+def _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced):
+    """int64 keys of columns `offs` of one row; SENTINEL_KEY at or past the valid length n."""
+    in_row = offs < n
+    x = tl.load(scores_ptr + row * stride_s + offs, mask=in_row, other=0.0).to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)  # NaN -> -inf
+    x = tl.where(x == 0.0, 0.0, x)  # -0 -> +0
+    # has_forced is 0 or 1: with 0 no forced column is read
+    f = tl.load(forced_ptr + row * stride_f + offs, mask=offs < n * has_forced, other=0)
+    x = tl.where(f != 0, float("inf"), x)
+    bits = x.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
+    keys = (ordered << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+    return tl.where(in_row, keys, _SENTINEL)
+
+
+@triton.jit
+def _bitonic_top(scores_ptr, forced_ptr, row, n, stride_s, stride_f, has_forced,
+                 BLOCK: tl.constexpr, KPAD: tl.constexpr):
+    """The top KPAD keys of a row, best first, from per-chunk bitonic top-k and a running merge."""
+    best = tl.full([KPAD], _SENTINEL, tl.int64)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        keys = _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced)
+        chunk_top = tl.topk(keys, KPAD)
+        both = tl.reshape(tl.join(best, chunk_top), [2 * KPAD])
+        best = tl.topk(both, KPAD)
+    return best
+
+
+@triton.jit(do_not_specialize=["cols", "k", "stride_s", "stride_f", "has_valid", "has_forced"])
+def _topk_kernel(
+    scores_ptr, valid_ptr, forced_ptr, scratch_ptr, out_index_ptr, out_value_ptr,
+    cols, k, stride_s, stride_f, has_valid, has_forced,
+    METHOD: tl.constexpr, BLOCK: tl.constexpr, KPAD: tl.constexpr,
+    LANES: tl.constexpr, CAP: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    n = cols
+    if has_valid != 0:
+        n = tl.minimum(tl.maximum(tl.load(valid_ptr + row).to(tl.int32), 0), cols)
+
+    if METHOD == 0:
+        # pass 1: per-lane maxima (lane = column mod LANES) and the threshold t
+        running = tl.full([BLOCK], _SENTINEL, tl.int64)
+        for start in range(0, n, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            keys = _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced)
+            running = tl.maximum(running, keys)
+        lanes = tl.max(tl.reshape(running, [BLOCK // LANES, LANES]), axis=0)
+        lane_top = tl.topk(lanes, KPAD)
+        slot = tl.arange(0, KPAD)
+        t = tl.max(tl.where(slot == k - 1, lane_top, _SENTINEL), axis=0)
+        # pass 2: compact the survivors (keys >= t) into the row's scratch, in column order
+        count = tl.full([], 0, tl.int32)
+        for start in range(0, n, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            keys = _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced)
+            survive = (keys >= t) & (keys > _SENTINEL)
+            found = tl.sum(survive.to(tl.int32), axis=0)
+            if found > 0:
+                pos = count + tl.cumsum(survive.to(tl.int32), axis=0) - 1
+                tl.store(scratch_ptr + row * CAP + pos, keys, mask=survive & (pos < CAP))
+            count += found
+        tl.debug_barrier()
+        if count <= CAP:
+            cap_offs = tl.arange(0, CAP)
+            candidates = tl.load(scratch_ptr + row * CAP + cap_offs, mask=cap_offs < count,
+                                 other=_SENTINEL, cache_modifier=".cg")
+            best = tl.topk(candidates, KPAD)
+        else:
+            best = _bitonic_top(scores_ptr, forced_ptr, row, n, stride_s, stride_f, has_forced,
+                                BLOCK, KPAD)
+    else:
+        best = _bitonic_top(scores_ptr, forced_ptr, row, n, stride_s, stride_f, has_forced,
+                            BLOCK, KPAD)
+
+    out = tl.arange(0, KPAD)
+    real = best > _SENTINEL
+    index = tl.where(real, 0x7FFFFFFF - (best & 0x7FFFFFFF), -1)
+    ordered = (best >> 32).to(tl.int32)
+    bits = tl.where(ordered < 0, ordered ^ 0x7FFFFFFF, ordered)
+    value = tl.where(real, bits.to(tl.float32, bitcast=True), float("-inf"))
+    keep = out < k
+    tl.store(out_index_ptr + row * k + out, index, mask=keep)
+    tl.store(out_value_ptr + row * k + out,
+             value.to(out_value_ptr.dtype.element_ty), mask=keep)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch configuration: method, chunk width, padded k, lanes, scratch slots, warps."""
+
+    method: str
+    block: int
+    kpad: int
+    lanes: int
+    cap: int
+    num_warps: int
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, x - 1).bit_length()
+
+
+def choose_config(cols: int, k: int, method: str = "threshold", max_block: int = 1024,
+                  num_warps: int | None = None) -> Config:
+    """The launch configuration for rows of `cols` columns and a given k (1 <= k <= MAX_K).
+
+    BLOCK is the row width rounded up to a power of two, capped at `max_block` (longer rows
+    stream in chunks); KPAD is k rounded up to 16, 32 or 64; LANES = CAP = 4 * KPAD.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    kpad = max(16, _pow2_at_least(k))
+    lanes = 4 * kpad
+    block = max(min(_pow2_at_least(cols), max_block), lanes)
+    if num_warps is None:
+        num_warps = 1 if block <= 256 else 4 if block <= 2048 else 8
+    return Config(method, block, kpad, lanes, lanes, num_warps)
+
+
+def topk_triton(
+    scores: torch.Tensor,
+    k: int,
+    valid_lengths: torch.Tensor | None = None,
+    forced: torch.Tensor | None = None,
+    config: Config | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the kernel: same contract as topk_reference, for 1 <= k <= MAX_K.
+
+    scores: [rows, cols] float32/bfloat16/float16 with unit column stride; valid_lengths: [rows]
+    int32/int64 or None; forced: [rows, cols] bool or None. All on one device (CUDA, or CPU
+    under TRITON_INTERPRET=1). Returns (indices int64 [rows, k], values [rows, k] scores.dtype).
+    """
+    rows, cols = scores.shape
+    if config is None:
+        config = choose_config(cols, k)
+    index = torch.empty((rows, k), dtype=torch.int64, device=scores.device)
+    values = torch.empty((rows, k), dtype=scores.dtype, device=scores.device)
+    if rows == 0:
+        return index, values
+    scratch = torch.empty(
+        (rows if config.method == "threshold" else 1, config.cap),
+        dtype=torch.int64, device=scores.device,
+    )
+    # Absent arguments get a placeholder of the same pointer type; has_valid/has_forced = 0 keep
+    # the kernel from reading them, and one compiled variant serves both cases.
+    valid = index if valid_lengths is None else valid_lengths
+    if forced is None:
+        forced_arg, stride_f = torch.zeros(1, dtype=torch.uint8, device=scores.device), 0
+    else:
+        forced_arg, stride_f = forced.view(torch.uint8), forced.stride(0)
+    _topk_kernel[(rows,)](
+        scores, valid, forced_arg, scratch, index, values,
+        cols, k, scores.stride(0), stride_f,
+        int(valid_lengths is not None), int(forced is not None),
+        METHOD=METHODS.index(config.method), BLOCK=config.block, KPAD=config.kpad,
+        LANES=config.lanes, CAP=config.cap, num_warps=config.num_warps,
+    )
+    return index, values
+
