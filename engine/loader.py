@@ -107,6 +107,21 @@ def _pooling_mode(config: dict[str, Any], path: Path) -> str:
                          f"(supported: cls, mean, last token)")
 
 
+def _device(name: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ModelLoadError(f"device {name!r} is not a device (use cpu, cuda or cuda:N)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelLoadError(f"device {name!r} asked for, but CUDA is not available here")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise ModelLoadError(f"device {name!r} is not supported (use cpu, cuda or cuda:N)")
+    return device
+
+
 def _model_name(directory: Path) -> str:
     if directory.name in _GENERIC_NAMES and directory.parent.name:
         return directory.parent.name
@@ -130,7 +145,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(f"no config.json in {directory}: not a Hugging Face model directory")
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
-    torch_dtype, device = DTYPES[dtype], torch.device(device)
+    torch_dtype, device = DTYPES[dtype], _device(device)
     hf = _read_json(config_path)
     model_type = hf.get("model_type") if isinstance(hf, dict) else None
     if model_type not in convert.SUPPORTED:

@@ -1,0 +1,166 @@
+"""`hedgerow embed TEXT...`: embed texts with a model directory in this process, print JSON.
+
+Owns the command's settings, tokenization with the model directory's `tokenizer.json`
+(templates applied, truncation off: a text past the model's limit is an error), batching on a
+token budget in input order, and the JSON output. The math is the engine's; this module knows
+nothing about servers or gateways.
+
+Output: {"model": NAME, "dimensions": D, "data": [{"index": i, "embedding": [D floats]}, ...]}
+"""
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from hedgerow import logs, settings
+from hedgerow.errors import InvalidInputError, ModelLoadError
+from hedgerow.settings import setting
+
+HELP = ("Embed TEXT arguments with a Hugging Face model directory (default: the packaged "
+        "all-MiniLM-L6-v2) and print the embeddings as JSON.")
+
+log = logging.getLogger("hedgerow.embed")
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    model: Path | None = setting(
+        None,
+        "Hugging Face model directory (config.json, safetensors, tokenizer.json). Unset uses "
+        "the packaged all-MiniLM-L6-v2.",
+        unit="path",
+    )
+    device: str = setting("cpu", "Where the engine runs: `cpu`, `cuda` or `cuda:N`.")
+    dtype: str = setting(
+        "float32",
+        "Compute dtype. bfloat16 halves weight memory; on CPU float32 is the fast and exact "
+        "choice.",
+        choices=("float32", "bfloat16"),
+    )
+    normalize: bool | None = setting(
+        None,
+        "L2-normalise each embedding. Unset follows the model (sentence-transformers "
+        "Normalize module; normalised when the directory does not say).",
+    )
+    dimensions: int | None = setting(
+        None,
+        "Keep only the first N dimensions (Matryoshka), before normalising. Unset keeps all.",
+        unit="dimensions", minimum=1,
+    )
+    input_type: str | None = setting(
+        None,
+        "Apply the model's prompt template for this kind of input (from "
+        "config_sentence_transformers.json); unset applies none.",
+        choices=("query", "document"),
+    )
+    max_batch_tokens: int = setting(
+        8192,
+        "Token budget of one forward pass; texts are packed in order up to it. Larger "
+        "batches use more memory (activations grow with tokens) for a little more speed.",
+        unit="tokens", minimum=1,
+    )
+    log_level: str = setting("info", "Log verbosity (on stderr; stdout carries only the JSON).",
+                             choices=("debug", "info", "warning", "error"))
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    settings.add_arguments(parser, EmbedSettings)
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to embed")
+
+
+def load_tokenizer(directory: Path):
+    """The directory's tokenizer.json with truncation and padding off."""
+    from tokenizers import Tokenizer
+
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise ModelLoadError(f"no tokenizer.json in {directory}")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception for a malformed file
+        raise ModelLoadError(f"cannot read {path}: {error}") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
+                 vocab_size: int) -> list[list[int]]:
+    """Token ids of `prefix + text` for each text; InvalidInputError for an empty text, one
+    longer than `max_tokens`, or a token id outside [0, vocab_size)."""
+    if not texts:
+        raise InvalidInputError("no texts given: pass at least one TEXT")
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise InvalidInputError(f"text {i} is empty")
+    encodings = tokenizer.encode_batch([prefix + text for text in texts])
+    ids = [encoding.ids for encoding in encodings]
+    for i, seq in enumerate(ids):
+        if len(seq) > max_tokens:
+            raise InvalidInputError(
+                f"text {i} has {len(seq)} tokens; the model accepts at most {max_tokens} tokens "
+                f"per text")
+        outside = [t for t in seq if not 0 <= t < vocab_size]
+        if outside:
+            raise InvalidInputError(
+                f"text {i} has token id {outside[0]}, outside the model's vocabulary "
+                f"[0, {vocab_size}): tokenizer.json does not match the model")
+    return ids
+
+
+def batches(sequences: list[list[int]], max_batch_tokens: int) -> list[list[list[int]]]:
+    """Cut sequences in order into runs of at most `max_batch_tokens` tokens (a longer
+    sequence runs alone)."""
+    out: list[list[list[int]]] = [[]]
+    used = 0
+    for seq in sequences:
+        if out[-1] and used + len(seq) > max_batch_tokens:
+            out.append([])
+            used = 0
+        out[-1].append(seq)
+        used += len(seq)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    config: EmbedSettings = settings.load(EmbedSettings, args)
+    logs.configure(config.log_level)
+    texts: list[str] = list(args.texts)
+    if not texts:
+        raise InvalidInputError("no texts given: pass at least one TEXT")
+
+    import torch
+
+    from hedgerow.defaults import default_model_path
+    from hedgerow.engine.batch import RaggedBatch
+    from hedgerow.engine.engine import Engine
+    from hedgerow.engine.pooling import postprocess
+
+    directory = config.model if config.model is not None else default_model_path()
+    engine = Engine.load(directory, device=config.device, dtype=config.dtype)
+    info = engine.info
+    if config.dimensions is not None and config.dimensions > info.dimensions:
+        raise InvalidInputError(f"--dimensions {config.dimensions} is larger than the model's "
+                                f"{info.dimensions}")
+    tokenizer = load_tokenizer(Path(directory))
+    prefix = info.templates.get(config.input_type, "") if config.input_type else ""
+    sequences = encode_texts(tokenizer, texts, prefix, info.max_tokens, info.vocab_size)
+    normalize = info.normalize if config.normalize is None else config.normalize
+
+    rows = []
+    for chunk in batches(sequences, config.max_batch_tokens):
+        batch = RaggedBatch.from_sequences(chunk)
+        engine.validate(batch)
+        rows.append(engine.step(batch).synchronize())
+    embeddings = postprocess(torch.cat(rows), normalize, config.dimensions)
+    json.dump({
+        "model": info.name,
+        "dimensions": embeddings.shape[1],
+        "data": [{"index": i, "embedding": row} for i, row in enumerate(embeddings.tolist())],
+    }, sys.stdout)
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,141 @@
+"""`hedgerow embed`: real tokenizer, real model, real JSON; every bad input exits 2 with one
+specific line on stderr and no traceback. A few cases run the CLI as a subprocess; the rest
+call `hedgerow.cli.main` in-process to keep the suite fast."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+import transformers
+
+from hedgerow.cli import main
+from tests.conftest import hedgerow_command
+
+TEXTS = ["A hedgerow is a line of closely spaced shrubs.", "Bees", "Rain fell on the fields."]
+
+
+def _run(subprocess_env, *args):
+    done = subprocess.run(hedgerow_command("embed", *args), capture_output=True, text=True,
+                          env=subprocess_env, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_embeds_texts_like_sentence_transformers(subprocess_env, default_model_dir):
+    from sentence_transformers import SentenceTransformer
+
+    code, out, err = _run(subprocess_env, *TEXTS)
+    assert code == 0, err
+    assert "engine.load.done" in err and "seconds=" in err  # the timed loading step
+    payload = json.loads(out)
+    assert payload["model"] and payload["dimensions"] == 384
+    assert [row["index"] for row in payload["data"]] == [0, 1, 2]
+    ours = torch.tensor([row["embedding"] for row in payload["data"]])
+    reference = SentenceTransformer(str(default_model_dir), device="cpu").encode(
+        TEXTS, convert_to_tensor=True)
+    cosine = torch.nn.functional.cosine_similarity(ours, reference, dim=-1)
+    assert bool((cosine >= 0.999).all()), cosine.tolist()
+    torch.testing.assert_close(ours.norm(dim=-1), torch.ones(3))
+
+
+def test_missing_model_path_subprocess(subprocess_env, tmp_path):
+    code, out, err = _run(subprocess_env, "--model", str(tmp_path / "absent"), "hi")
+    assert code == 2 and out == ""
+    assert "model path" in err and "does not exist" in err and "Traceback" not in err
+
+
+def test_no_texts_subprocess(subprocess_env):
+    code, out, err = _run(subprocess_env)
+    assert code == 2 and "no texts given" in err and "Traceback" not in err
+
+
+def test_model_path_from_the_environment_subprocess(subprocess_env, tmp_path):
+    subprocess_env["HEDGEROW_MODEL"] = str(tmp_path / "from-env")
+    code, _, err = _run(subprocess_env, "hi")
+    assert code == 2 and "from-env does not exist" in err
+
+
+def _embed(capsys, *args):
+    code = main(["embed", "--log-level", "error", *args])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, captured.out, captured.err
+
+
+def test_dimensions_and_no_normalize(capsys):
+    code, out, _ = _embed(capsys, "--dimensions", "8", "--no-normalize", "Bees")
+    payload = json.loads(out)
+    assert code == 0 and payload["dimensions"] == 8
+    assert len(payload["data"][0]["embedding"]) == 8
+    assert abs(torch.tensor(payload["data"][0]["embedding"]).norm().item() - 1.0) > 1e-3
+
+
+def test_dimensions_larger_than_the_model(capsys):
+    code, _, err = _embed(capsys, "--dimensions", "385", "Bees")
+    assert code == 2 and "--dimensions 385 is larger than the model's 384" in err
+
+
+def test_empty_string(capsys):
+    code, _, err = _embed(capsys, "fine", "  ")
+    assert code == 2 and "text 1 is empty" in err
+
+
+def test_text_longer_than_the_limit_names_it(capsys):
+    code, _, err = _embed(capsys, "short", "word " * 300)
+    assert code == 2 and "text 1 has 302 tokens; the model accepts at most 256 tokens" in err
+
+
+def test_directory_without_config(capsys, tmp_path):
+    code, _, err = _embed(capsys, "--model", str(tmp_path), "hi")
+    assert code == 2 and "no config.json in" in err
+
+
+def _tiny_model_dir(tmp_path, default_model_dir, config):
+    transformers.AutoModel.from_config(config).save_pretrained(tmp_path)
+    shutil.copy(default_model_dir / "tokenizer.json", tmp_path / "tokenizer.json")
+    return tmp_path
+
+
+def test_directory_without_weights(capsys, tmp_path, default_model_dir):
+    shutil.copy(default_model_dir / "config.json", tmp_path / "config.json")
+    code, _, err = _embed(capsys, "--model", str(tmp_path), "hi")
+    assert code == 2 and "no weights in" in err and "model.safetensors" in err
+
+
+def test_unsupported_architecture(capsys, tmp_path, default_model_dir):
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
+    path = _tiny_model_dir(tmp_path, default_model_dir, config)
+    code, _, err = _embed(capsys, "--model", str(path), "hi")
+    assert code == 2 and "unsupported architecture 'gpt2'" in err
+    assert "supported: bert, roberta, xlm-roberta, qwen3" in err
+
+
+def test_token_ids_outside_the_vocabulary(capsys, tmp_path, default_model_dir):
+    # The MiniLM tokenizer (30522 ids) in front of a model with a 97-token vocabulary.
+    config = transformers.BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=48)
+    path = _tiny_model_dir(tmp_path, default_model_dir, config)
+    code, _, err = _embed(capsys, "--model", str(path), "hello world")
+    assert code == 2
+    assert "text 0 has token id 101, outside the model's vocabulary [0, 97)" in err
+
+
+def test_input_type_applies_the_models_template(capsys, tmp_path, default_model_dir):
+    for item in default_model_dir.iterdir():
+        if item.is_file():
+            shutil.copy(item, tmp_path / item.name)
+    shutil.copytree(default_model_dir / "1_Pooling", tmp_path / "1_Pooling")
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "document": ""}}))
+    _, with_template, _ = _embed(capsys, "--model", str(tmp_path), "--input-type", "query", "Bees")
+    _, spelled_out, _ = _embed(capsys, "--model", str(tmp_path), "query: Bees")
+    _, plain, _ = _embed(capsys, "--model", str(tmp_path), "--input-type", "document", "Bees")
+    vector = lambda out: json.loads(out)["data"][0]["embedding"]  # noqa: E731
+    assert vector(with_template) == pytest.approx(vector(spelled_out), abs=1e-6)
+    assert vector(plain) != pytest.approx(vector(with_template), abs=1e-3)
+
+
+def test_unknown_device(capsys):
+    code, _, err = _embed(capsys, "--device", "tpu", "hi")
+    assert code == 2 and "device 'tpu'" in err
