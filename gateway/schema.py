@@ -91,20 +91,20 @@ def parse_inputs(value: Any, max_inputs: int) -> Inputs:
     if not value:
         raise RequestError("input is an empty list; send at least one input",
                            param="input", code="empty_input")
+    first = value[0]
+    if _is_token(first):  # one sequence of token ids
+        _check_tokens(value, "input")
+        return Inputs(token_ids=[value])
     if len(value) > max_inputs:
         raise RequestError(
             f"input has {len(value)} items; at most {max_inputs} are accepted per request "
             "(--max-inputs)", param="input", code="too_many_inputs")
-    first = value[0]
     if isinstance(first, str):
         for index, text in enumerate(value):
             if not isinstance(text, str):
                 raise _mixed(index, text, "a string")
             _check_text(text, f"input[{index}]")
         return Inputs(texts=list(value))
-    if _is_token(first):
-        _check_tokens(value, "input")
-        return Inputs(token_ids=[value])
     if isinstance(first, list):
         for index, tokens in enumerate(value):
             if not isinstance(tokens, list):

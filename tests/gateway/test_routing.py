@@ -1,0 +1,126 @@
+"""Routing: least-loaded choice, chunks spread over replicas, retries, input order.
+
+The gRPC servers here are the in-test StandIn (see conftest.py), which stands in for the
+Hedgerow server with the same proto and trivial math; test_integration.py repeats the
+important cases against real `hedgerow server` processes.
+"""
+
+import types
+
+import grpc
+import numpy as np
+
+from hedgerow.gateway.router import least_loaded
+
+MODEL = "all-MiniLM-L6-v2"
+
+
+def replica(name, tokens=0, ready=True, last=0):
+    return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
+                                 last_chosen=last)
+
+
+def test_least_loaded_picks_fewest_in_flight_tokens_among_ready():
+    a, b, c = replica("a", 900), replica("b", 100), replica("c", 0, ready=False)
+    assert least_loaded([a, b, c]) is b
+    assert least_loaded([a, b, c], exclude=[b]) is a
+    assert least_loaded([c]) is None
+    assert least_loaded([a], exclude=[a]) is None
+
+
+def test_ties_go_to_the_replica_chosen_longest_ago():
+    a, b = replica("a", 0, last=7), replica("b", 0, last=3)
+    assert least_loaded([a, b]) is b
+
+
+def token_sums(client, texts):
+    answer = client.post("/tokenize", json={"input": texts})
+    return [sum(item["tokens"]) for item in answer.json()["data"]]
+
+
+def test_a_large_request_is_split_over_both_replicas_in_input_order(standins, gateway_factory):
+    client = gateway_factory(chunk_tokens=256)
+    texts = [f"document number {i} " + "word " * (i % 17) for i in range(300)]
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": texts})
+    assert answer.status_code == 200, answer.text
+    data = answer.json()["data"]
+    assert [item["index"] for item in data] == list(range(300))
+    # column 1 of a stand-in embedding is the sum of the sequence's ids: order is kept
+    assert [item["embedding"][1] for item in data] == token_sums(client, texts)
+    first, second = standins
+    assert len(first.chunks) >= 2 and len(second.chunks) >= 2
+    assert sum(first.chunks) + sum(second.chunks) == 300
+    assert first.tokens + second.tokens == answer.json()["usage"]["prompt_tokens"]
+
+
+def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_factory):
+    client = gateway_factory()
+    first, second = standins
+    first.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED]
+    for _ in range(2):  # equal replicas take turns, so one of these lands on `first` first
+        answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "retry me"})
+        assert answer.status_code == 200, answer.text
+    assert first.calls + second.calls == 3  # one failure, retried on `second`
+    assert second.calls == 2
+    assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"} 1.0' in client.get("/metrics").text
+
+
+def test_twice_overloaded_is_429_with_retry_after(standins, gateway_factory):
+    client = gateway_factory()
+    for server in standins:
+        server.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "busy"})
+    assert answer.status_code == 429
+    assert answer.headers["retry-after"] == "1"
+    assert answer.json()["error"]["type"] == "overloaded_error"
+
+
+def test_a_dead_replica_leaves_traffic_and_requests_still_succeed(standins, gateway_factory):
+    client = gateway_factory(chunk_tokens=32)
+    first, second = standins
+    first.stop()
+    for _ in range(5):
+        answer = client.post("/v1/embeddings", json={"model": MODEL, "input": ["a b c"] * 40})
+        assert answer.status_code == 200, answer.text
+    assert client.get("/readyz").json()["ready_replicas"] == [second.address]
+
+
+def test_no_ready_replica_is_503_with_retry_after(standins, gateway_factory):
+    client = gateway_factory(servers=[standins[0].address])
+    standins[0].health.set("", 2)  # NOT_SERVING
+    for _ in range(200):
+        if client.get("/readyz").status_code == 503:
+            break
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "anyone?"})
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "1"
+    assert answer.json()["error"]["code"] == "no_ready_replica"
+    assert client.get("/healthz").status_code == 200
+
+
+def test_a_server_rejection_is_a_400_not_a_500(standins, gateway_factory):
+    client = gateway_factory(servers=[standins[0].address])
+    standins[0].fail_next = [grpc.StatusCode.INVALID_ARGUMENT]
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
+    assert answer.status_code == 400
+    assert "rejected" in answer.json()["error"]["message"]
+
+
+def test_the_clients_deadline_becomes_the_grpc_deadline(standins, gateway_factory):
+    client = gateway_factory(servers=[standins[0].address])
+    standins[0].delay = 0.5
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "slow"},
+                         headers={"X-Request-Timeout": "0.05"})
+    assert answer.status_code == 504
+    assert answer.json()["error"]["code"] == "deadline_exceeded"
+
+
+def test_dimensions_and_base64_reach_the_response(standins, gateway_factory):
+    client = gateway_factory()
+    answer = client.post("/v1/embeddings", json={
+        "model": MODEL, "input": ["one", "two"], "dimensions": 8, "encoding_format": "base64"})
+    assert answer.status_code == 200
+    import base64
+    rows = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in answer.json()["data"]]
+    assert [row.shape for row in rows] == [(8,), (8,)]
+    assert rows[0][0] == 3  # [CLS] one [SEP]
