@@ -1,0 +1,328 @@
+"""The CUDA step path: bucketed static buffers, graph capture and replay, the copy back.
+
+`CudaStepper.step(batch)` pads the ragged batch to its configuration (`graphs.GraphGrid`),
+writes it into that configuration's static input buffer with one host-to-device copy from pinned
+memory, runs the forward pass and pooling (eagerly, or by replaying the captured graph, as the
+`GraphCache` decides), and queues the copy of the pooled embeddings into pinned host memory
+behind it, all on the engine's own stream; it returns a LazyTensor at once.
+
+Padding never changes a real sequence's output. A configuration `S x N` holds S real-sequence
+slots and one padding slot: the batch's B sequences fill slots 0..B-1, slots B..S-1 are empty
+(length 0), and the tail tokens B's batch does not use (N - T of them) form the padding slot's
+own sequence, which attention confines to itself and pooling writes to a row nobody reads.
+
+Static input layout, one int32 buffer per configuration (views, no copies):
+    input_ids [N] | position_ids [N] | seq_index [N] | cu_seqlens [S+2] | pool_starts [S+2] |
+    lengths [S+1]
+`pool_starts` is `cu_seqlens` with empty slots' starts clamped into range, so CLS pooling's
+gather stays inside the buffer.
+
+This module owns device memory, streams and graphs for one model. It knows nothing about
+tokenization, requests or scheduling, and the model math lives in `models/`.
+"""
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from hedgerow.engine.attention_cuda import AttentionChooser, AttentionFn
+from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.graphs import CaptureError, Config, GraphCache, GraphGrid, parse_hot_set
+from hedgerow.engine.lazy import LazyTensor
+from hedgerow.engine.pooling import pool
+from hedgerow.engine.positions import token_layout
+from hedgerow.errors import ConfigError
+from hedgerow.logs import fields
+from hedgerow.settings import setting
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """Engine settings for CUDA devices; every field is a flag and an environment variable."""
+
+    graphs: bool = setting(True, "Capture CUDA graphs (off: every step runs eagerly, slower "
+                                 "at small batches).")
+    graph_max_tokens: int = setting(
+        8192, "Largest token bucket with a graph; bigger batches run eagerly. Buckets are "
+        "multiples of 64 up to 1024, then of 256.", unit="tokens", minimum=64)
+    graph_max_seqs: int = setting(64, "Most sequences in a batch that runs in a graph.",
+                                  unit="sequences", minimum=1)
+    graph_seq_buckets: tuple[str, ...] = setting(
+        ("1", "2", "4", "8", "16", "32", "64"),
+        "Sequence-count buckets (the last must equal --graph-max-seqs); empty means one graph "
+        "per exact count, which multiplies the grid.")
+    graph_hot_set: tuple[str, ...] = setting(
+        ("1x64", "1x128", "1x192", "1x256", "1x384", "1x512"),
+        "Configurations SEQSxTOKENS captured before the server reports ready (each costs a "
+        "capture, tens of ms, and graph memory).")
+    graph_memory_limit_mib: int = setting(
+        8192, "Most device memory the graphs and their static buffers may hold; past it, "
+        "configurations stay eager.", unit="MiB", minimum=0)
+    attention_backend: str = setting(
+        "auto", "CUDA ragged attention: auto picks per configuration from the measured table.",
+        choices=("auto", "varlen", "flash_attn", "sdpa"))
+
+    def grid(self) -> GraphGrid:
+        try:
+            buckets = tuple(int(b) for b in self.graph_seq_buckets)
+        except ValueError:
+            raise ConfigError(f"--graph-seq-buckets {self.graph_seq_buckets!r} must be integers"
+                              ) from None
+        return GraphGrid(max_tokens=self.graph_max_tokens, max_seqs=self.graph_max_seqs,
+                         seq_buckets=buckets)
+
+
+@dataclass(frozen=True)
+class HostBatch:
+    """One batch on the host: the ragged arrays and their per-token layout."""
+
+    input_ids: torch.Tensor     # int32 [T]
+    cu_seqlens: torch.Tensor    # int32 [B+1]
+    position_ids: torch.Tensor  # int64 [T]
+    max_seqlen: int
+
+    @property
+    def num_seqs(self) -> int:
+        return self.cu_seqlens.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.numel()
+
+
+class BucketViews(NamedTuple):
+    """Views into a packed bucket buffer (see the module docstring), all int32."""
+
+    input_ids: torch.Tensor     # [N]
+    position_ids: torch.Tensor  # [N]
+    seq_index: torch.Tensor     # [N], S for the padding slot's tokens
+    cu_seqlens: torch.Tensor    # [S+2]: real, empty, then padding slot
+    pool_starts: torch.Tensor   # [S+2]
+    lengths: torch.Tensor       # [S+1]
+
+
+def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
+    n, s = config.tokens, config.seq_slots
+    return BucketViews(packed[:n], packed[n:2 * n], packed[2 * n:3 * n],
+                       packed[3 * n:3 * n + s + 2], packed[3 * n + s + 2:3 * n + 2 * s + 4],
+                       packed[3 * n + 2 * s + 4:])
+
+
+def pack_bucket(feed: HostBatch, config: Config, pooling: str) -> torch.Tensor:
+    """The static-buffer image of `feed` padded to `config`: int32 [3N + 3S + 5], pinned when
+    CUDA is available. Layout in the module docstring."""
+    n, slots = config.tokens, config.seq_slots
+    t, b = feed.num_tokens, feed.num_seqs
+    if t > n or b > slots:
+        raise ValueError(f"a batch of {b} sequences and {t} tokens does not fit {config}")
+    packed = torch.empty(3 * n + 3 * slots + 5, dtype=torch.int32,
+                         pin_memory=torch.cuda.is_available())
+    ids, pos, seq, cu, starts, lengths = bucket_views(packed, config)
+    ids[:t] = feed.input_ids
+    ids[t:] = 0
+    pos[:t] = feed.position_ids
+    pos[t:] = 0  # any valid position: the padding slot's output is never read
+    real_lengths = feed.cu_seqlens[1:] - feed.cu_seqlens[:-1]
+    seq[:t] = torch.repeat_interleave(torch.arange(b, dtype=torch.int32), real_lengths,
+                                      output_size=t)
+    seq[t:] = slots
+    cu[:b + 1] = feed.cu_seqlens
+    cu[b + 1:slots + 1] = t
+    cu[slots + 1] = n
+    starts.copy_(cu)
+    if pooling == "cls":
+        starts.clamp_(max=n - 1)
+    lengths.copy_(cu[1:] - cu[:-1])
+    if pooling == "mean":
+        lengths.clamp_(min=1)  # empty slots: a zero sum over one, not 0/0
+    return packed
+
+
+@dataclass
+class _Static:
+    """A configuration's device buffers: the packed inputs and, once captured, the graph."""
+
+    packed: torch.Tensor
+    attention: AttentionFn
+    attention_name: str
+    max_seqlen: int
+    graph: "torch.cuda.CUDAGraph | None" = None
+    output: torch.Tensor | None = None  # float32 [S+1, H], written by every replay
+
+
+
+class CudaStepper:
+    """Runs `model` on one CUDA device through the graph cache. One thread calls `step`."""
+
+    def __init__(self, model: nn.Module, *, pooling: str, max_tokens: int, q_heads: int,
+                 kv_heads: int, head_dim: int, causal: bool, device: torch.device,
+                 vocab_size: int, settings: GpuSettings = GpuSettings(),
+                 chooser: AttentionChooser | None = None) -> None:
+        if device.type != "cuda":
+            raise ConfigError(f"CudaStepper needs a CUDA device, got {device}")
+        self.model = model
+        self.pooling = pooling
+        self.device = device
+        self.settings = settings
+        self.max_tokens = max_tokens
+        self.vocab_size = vocab_size
+        self.chooser = chooser or AttentionChooser(q_heads, kv_heads, head_dim, causal,
+                                                   forced=settings.attention_backend)
+        self.stream = torch.cuda.Stream(device)
+        self.pool_handle = torch.cuda.graph_pool_handle()
+        grid = settings.grid()
+        hot = parse_hot_set(settings.graph_hot_set, grid) if settings.graphs else []
+        self.cache = GraphCache(grid, self, hot_set=hot,
+                                memory_limit_bytes=settings.graph_memory_limit_mib * MIB)
+        self._static: dict[Config, _Static] = {}
+
+    # -- the public step -------------------------------------------------------------------
+
+    def step(self, batch: RaggedBatch) -> LazyTensor:
+        """Launch `batch` (validated) and return a LazyTensor of float32 [B, H]."""
+        layout = token_layout(batch.cu_seqlens)
+        feed = HostBatch(batch.input_ids, batch.cu_seqlens, layout.position_ids, batch.max_seqlen)
+        with torch.inference_mode():
+            if self.settings.graphs:
+                pooled = self.cache.run(feed.num_seqs, feed.num_tokens, feed)
+            else:
+                self.cache.eager_runs += 1
+                pooled = self.run_eager(None, feed)
+        return LazyTensor.copy_from_device(pooled, self.stream)
+
+    def warmup(self) -> None:
+        """Capture the hot set (blocks; call before reporting ready)."""
+        with torch.inference_mode():
+            self.cache.warmup()
+        torch.cuda.synchronize(self.device)
+        self.cache.loaded = True
+
+    def report(self) -> dict[str, Any]:
+        out = self.cache.report()
+        out["attention"] = {str(c): s.attention_name for c, s in sorted(self._static.items())}
+        out["static_buffers"] = len(self._static)
+        return out
+
+    # -- GraphBackend -------------------------------------------------------------------------
+
+    def run_eager(self, config: Config | None, feed: HostBatch) -> torch.Tensor:
+        """Forward + pooling without a graph: at `config`'s static shapes (warming it), or on
+        the unpadded batch when `config` is None (past the grid). Returns float32 [B, H]."""
+        if config is None:
+            return self._run_unpadded(feed)
+        static = self._load(config, feed)
+        with torch.cuda.stream(self.stream):
+            out = self._forward(config, static)
+        return out[:feed.num_seqs]
+
+    def capture(self, config: Config) -> int:
+        static = self._static[config]
+        self.stream.synchronize()
+        before = torch.cuda.memory_reserved(self.device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.stream(self.stream):
+                graph.capture_begin(pool=self.pool_handle)
+                try:
+                    output = self._forward(config, static)
+                finally:
+                    graph.capture_end()
+        except RuntimeError as error:
+            raise CaptureError(
+                f"capturing {config} with attention backend {static.attention_name!r} failed "
+                f"({error}); use --attention-backend with another backend, shrink "
+                "--graph-max-tokens, or run without graphs (--no-graphs)"
+            ) from None
+        static.graph, static.output = graph, output
+        added = torch.cuda.memory_reserved(self.device) - before
+        return max(added, 0) + static.packed.numel() * static.packed.element_size()
+
+    def replay(self, config: Config, feed: HostBatch) -> torch.Tensor:
+        static = self._load(config, feed)
+        assert static.graph is not None and static.output is not None
+        with torch.cuda.stream(self.stream):
+            static.graph.replay()
+        return static.output[:feed.num_seqs]
+
+    def warmup_feed(self, config: Config) -> HostBatch:
+        """`config.seq_slots` sequences of near-equal length filling `config.tokens` tokens
+        (capped at the model's longest sequence)."""
+        slots = config.seq_slots
+        per = min(self.max_tokens, max(1, config.tokens // slots))
+        lengths = [per] * slots
+        cu = torch.zeros(slots + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), 0)
+        total = int(cu[-1])
+        ids = torch.randint(0, self.vocab_size, (total,), dtype=torch.int32)
+        layout = token_layout(cu)
+        return HostBatch(ids, cu, layout.position_ids, per)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _graph_max_seqlen(self, config: Config) -> int:
+        # Any bound >= the longest sequence is correct; real sequences are at most
+        # max_tokens long and the padding slot is shorter than one large bucket step.
+        return min(config.tokens, max(self.max_tokens, self.cache.grid.large_step))
+
+    def _load(self, config: Config, feed: HostBatch) -> _Static:
+        static = self._static.get(config)
+        packed = pack_bucket(feed, config, self.pooling)
+        if static is None:
+            name = self.chooser.name_for(config.seq_slots,
+                                         max(1, config.tokens // config.seq_slots))
+            with torch.cuda.stream(self.stream):
+                device_packed = torch.empty(packed.shape, dtype=torch.int32, device=self.device)
+            static = _Static(device_packed, self.chooser.backends[name], name,
+                             self._graph_max_seqlen(config))
+            self._static[config] = static
+            log.debug("%s", fields(event="graph.static", config=str(config), attention=name))
+        with torch.cuda.stream(self.stream):
+            static.packed.copy_(packed, non_blocking=True)
+        return static
+
+    def _forward(self, config: Config, static: _Static) -> torch.Tensor:
+        ids, pos, seq, cu, starts, lengths = bucket_views(static.packed, config)
+        hidden = self.model(ids, pos, cu, static.max_seqlen, static.attention)
+        return pool(hidden, starts, seq, lengths, self.pooling)
+
+    def _run_unpadded(self, feed: HostBatch) -> torch.Tensor:
+        t, b = feed.num_tokens, feed.num_seqs
+        host = torch.empty(3 * t + 2 * b + 1, dtype=torch.int32, pin_memory=True)
+        host[:t] = feed.input_ids
+        host[t:2 * t] = feed.position_ids
+        lengths = feed.cu_seqlens[1:] - feed.cu_seqlens[:-1]
+        host[2 * t:3 * t] = torch.repeat_interleave(torch.arange(b, dtype=torch.int32), lengths,
+                                                    output_size=t)
+        host[3 * t:3 * t + b + 1] = feed.cu_seqlens
+        host[3 * t + b + 1:] = lengths
+        attention = self.chooser.for_batch(b, feed.max_seqlen)
+        with torch.cuda.stream(self.stream):
+            packed = host.to(self.device, non_blocking=True)
+            ids, pos, seq = packed[:t], packed[t:2 * t], packed[2 * t:3 * t]
+            cu, lens = packed[3 * t:3 * t + b + 1], packed[3 * t + b + 1:]
+            hidden = self.model(ids, pos, cu, feed.max_seqlen, attention)
+            return pool(hidden, cu, seq, lens, self.pooling)
+
+
+def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings()) -> CudaStepper:
+    """A CudaStepper for a `loader.LoadedModel` on CUDA (BERT family or Qwen3)."""
+    config = loaded.config
+    kv_heads = getattr(config, "num_kv_heads", config.num_heads)
+    causal = bool(getattr(config, "causal", False))
+    return CudaStepper(loaded.model, pooling=loaded.pooling, max_tokens=loaded.max_tokens,
+                       q_heads=config.num_heads, kv_heads=kv_heads, head_dim=config.head_dim,
+                       causal=causal, device=loaded.device, vocab_size=config.vocab_size,
+                       settings=settings)
+
+
+def settings_fields() -> list[str]:
+    """Names of the GPU settings, for a server that composes its own settings class."""
+    return [f.name for f in dataclasses.fields(GpuSettings)]

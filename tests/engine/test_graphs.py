@@ -1,0 +1,274 @@
+"""The graph cache's grid arithmetic and state machine, on the CPU, with a fake backend.
+
+The fake stands in for CUDA (capture and replay need a GPU; the GPU tests in
+test_gpu_graphs.py exercise the real backend): it records which of eager / capture / replay ran
+for which configuration, reports a fixed number of bytes per capture, and can be told to fail a
+capture. Also: the bucket-padding image `pack_bucket` and, with the CPU model and attention,
+that tail padding and empty sequence slots change no real sequence's output.
+"""
+
+import pytest
+import torch
+
+from hedgerow.engine.graphs import (Action, CaptureError, Config, GraphCache, GraphGrid, State,
+                                    parse_hot_set)
+from hedgerow.errors import ConfigError
+
+
+class FakeBackend:
+    def __init__(self, capture_bytes=1000, fail=()):
+        self.calls = []
+        self.capture_bytes = capture_bytes
+        self.fail = set(fail)
+
+    def run_eager(self, config, feed):
+        self.calls.append(("eager", config))
+        return ("eager", config, feed)
+
+    def capture(self, config):
+        self.calls.append(("capture", config))
+        if config in self.fail:
+            raise CaptureError(f"cannot capture {config}; use another attention backend")
+        return self.capture_bytes
+
+    def replay(self, config, feed):
+        self.calls.append(("replay", config))
+        return ("replay", config, feed)
+
+    def warmup_feed(self, config):
+        return ("warmup", config)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 0.25
+        return self.now
+
+
+# -- the grid ---------------------------------------------------------------------------------
+
+def test_token_buckets_are_64s_to_1024_then_256s():
+    grid = GraphGrid(max_tokens=2048)
+    buckets = grid.token_buckets()
+    assert buckets[:3] == [64, 128, 192] and buckets[15] == 1024
+    assert buckets[16:] == [1280, 1536, 1792, 2048]
+    assert [grid.token_bucket(n) for n in (1, 63, 64, 65, 1000, 1024, 1025, 1281, 2048)] == [
+        64, 64, 64, 128, 1024, 1024, 1280, 1536, 2048]
+    assert grid.token_bucket(2049) is None and grid.token_bucket(0) is None
+
+
+def test_sequence_slots_bucketed_or_exact():
+    bucketed = GraphGrid(max_seqs=16, seq_buckets=(1, 2, 4, 8, 16))
+    assert [bucketed.seq_slots(b) for b in (1, 2, 3, 5, 9, 16)] == [1, 2, 4, 8, 16, 16]
+    assert bucketed.seq_slots(17) is None
+    exact = GraphGrid(max_seqs=16, seq_buckets=())
+    assert [exact.seq_slots(b) for b in (1, 3, 7, 16)] == [1, 3, 7, 16]
+    assert exact.size() == 16 * len(exact.token_buckets())
+
+
+def test_past_the_grid_has_no_configuration():
+    grid = GraphGrid(max_tokens=1024, max_seqs=8, seq_buckets=(1, 8))
+    assert grid.config_for(3, 100) == Config(8, 128)
+    assert grid.config_for(9, 100) is None
+    assert grid.config_for(1, 1025) is None
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"max_tokens": 1100}, "multiple of 256"),
+    ({"max_tokens": 1000}, "multiple of 64"),
+    ({"max_tokens": 32}, "--graph-max-tokens"),
+    ({"seq_buckets": (1, 4, 2, 64)}, "increasing"),
+    ({"max_seqs": 32, "seq_buckets": (1, 16)}, "must equal"),
+])
+def test_bad_grids_say_what_to_change(kwargs, words):
+    with pytest.raises(ConfigError, match=words):
+        GraphGrid(**kwargs)
+
+
+def test_hot_set_parsing():
+    grid = GraphGrid(max_tokens=2048, max_seqs=8, seq_buckets=(1, 2, 4, 8))
+    assert parse_hot_set(["1x128", "1x100", "3x1100"], grid) == [Config(1, 128), Config(4, 1280)]
+    for bad, words in (("1-128", "SEQSxTOKENS"), ("9x128", "past the grid"),
+                       ("4x2", "fewer tokens"), ("1x4096", "--graph-max-tokens")):
+        with pytest.raises(ConfigError, match=words):
+            parse_hot_set([bad], grid)
+
+
+# -- the state machine ------------------------------------------------------------------------
+
+def test_cold_then_warm_then_captured():
+    backend = FakeBackend()
+    cache = GraphCache(GraphGrid(), backend, clock=FakeClock())
+    config = Config(1, 128)
+    assert cache.state(config) is State.COLD and cache.plan(config) is Action.EAGER
+    assert cache.run(1, 100, "a") == ("eager", config, "a")
+    assert cache.state(config) is State.WARM and cache.plan(config) is Action.CAPTURE
+    assert cache.run(1, 128, "b") == ("replay", config, "b")
+    assert cache.state(config) is State.CAPTURED and cache.plan(config) is Action.REPLAY
+    assert cache.run(1, 65, "c") == ("replay", config, "c")
+    assert backend.calls == [("eager", config), ("capture", config), ("replay", config),
+                             ("replay", config)]
+    report = cache.report()
+    assert report["captured"] == 1 and report["replays"] == 2 and report["eager_runs"] == 1
+    assert report["graph_memory_bytes"] == 1000
+    assert report["capture_seconds_total"] == pytest.approx(0.25)
+    assert report["graphs_by_state"]["captured"] == 1
+    assert report["graphs_by_state"]["cold"] == cache.grid.size() - 1
+
+
+def test_configurations_are_independent():
+    backend = FakeBackend()
+    cache = GraphCache(GraphGrid(), backend)
+    cache.run(1, 100, None)
+    cache.run(2, 100, None)   # another sequence-count bucket: its own first hit
+    cache.run(1, 200, None)   # another token bucket
+    assert [c[0] for c in backend.calls] == ["eager", "eager", "eager"]
+    assert {row["state"] for row in cache.table()} == {"warm"}
+
+
+def test_past_the_grid_runs_eager_and_is_counted():
+    backend = FakeBackend()
+    cache = GraphCache(GraphGrid(max_tokens=1024), backend)
+    assert not cache.can_run(1, 2000) and cache.can_run(1, 1000)
+    for _ in range(3):
+        assert cache.run(1, 2000, "x") == ("eager", None, "x")
+    report = cache.report()
+    assert report["eager_past_grid"] == 3 and report["captured"] == 0
+    assert report["configurations_seen"] == 0
+
+
+def test_a_failed_capture_falls_back_to_eager_for_good():
+    config = Config(1, 64)
+    backend = FakeBackend(fail={config})
+    cache = GraphCache(GraphGrid(), backend)
+    cache.run(1, 10, None)
+    assert cache.run(1, 10, "b") == ("eager", config, "b")
+    assert cache.state(config) is State.FAILED
+    assert cache.run(1, 10, "c") == ("eager", config, "c")
+    assert [c[0] for c in backend.calls] == ["eager", "capture", "eager", "eager"]
+    row = cache.table()[0]
+    assert row["state"] == "failed" and "another attention backend" in row["message"]
+
+
+def test_memory_limit_stops_capturing():
+    backend = FakeBackend(capture_bytes=600)
+    cache = GraphCache(GraphGrid(), backend, memory_limit_bytes=1000)
+    for tokens in (64, 128, 192):
+        cache.run(1, tokens, None)
+        cache.run(1, tokens, None)
+    states = [cache.state(Config(1, t)) for t in (64, 128, 192)]
+    assert states == [State.CAPTURED, State.CAPTURED, State.OVER_BUDGET]
+    assert cache.run(1, 192, "z") == ("eager", Config(1, 192), "z")
+    report = cache.report()
+    assert report["graph_memory_bytes"] == 1200 and report["graph_memory_limit_bytes"] == 1000
+    assert "--graph-memory-limit-mib" in cache.table()[2]["message"]
+
+
+def test_warmup_captures_the_hot_set_before_traffic():
+    backend = FakeBackend()
+    grid = GraphGrid()
+    hot = parse_hot_set(["1x64", "1x128", "4x512"], grid)
+    cache = GraphCache(grid, backend, hot_set=hot)
+    assert cache.report()["coverage"] == 0.0
+    cache.warmup()
+    cache.loaded = True
+    assert all(cache.state(c) is State.CAPTURED for c in hot)
+    # each hot configuration: eager (warm the kernels), capture, one replay to check it runs
+    assert [c[0] for c in backend.calls] == ["eager", "capture", "replay"] * 3
+    report = cache.report()
+    assert report["loaded"] and report["hot_set"] == 3 and report["hot_set_captured"] == 3
+    assert report["coverage"] == 1.0 and report["configurations_seen"] == 0
+    backend.calls.clear()
+    assert cache.run(1, 100, "q") == ("replay", Config(1, 128), "q")
+    assert backend.calls == [("replay", Config(1, 128))]
+    cache.warmup()  # idempotent
+    assert backend.calls == [("replay", Config(1, 128))]
+
+
+def test_warmup_reports_partial_coverage_when_a_capture_fails():
+    grid = GraphGrid()
+    hot = parse_hot_set(["1x64", "1x128"], grid)
+    cache = GraphCache(grid, FakeBackend(fail={Config(1, 128)}), hot_set=hot)
+    cache.warmup()
+    report = cache.report()
+    assert report["hot_set_captured"] == 1 and report["coverage"] == 0.5
+    assert report["graphs_by_state"]["failed"] == 1
+
+
+def test_replay_share_counts_steps():
+    cache = GraphCache(GraphGrid(), FakeBackend())
+    for _ in range(4):
+        cache.run(1, 64, None)
+    report = cache.report()
+    assert report["replays"] == 3 and report["eager_runs"] == 1
+    assert report["replay_share"] == pytest.approx(0.75)
+    row = cache.table()[0]
+    assert (row["seq_slots"], row["tokens"], row["hits"], row["replays"]) == (1, 64, 4, 3)
+
+
+# -- bucket padding, on the CPU model ---------------------------------------------------------
+
+def _tiny_models():
+    from hedgerow.engine.models.bert import BertConfig, BertModel
+    from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4,
+                                intermediate_size=48, max_position_embeddings=80,
+                                position_offset=2)).eval()
+    qwen = Qwen3Model(Qwen3Config(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4,
+                                  num_kv_heads=2, head_dim=16, intermediate_size=40,
+                                  max_position_embeddings=128, causal=True)).eval()
+    return {"bert": bert, "qwen3": qwen}
+
+
+@pytest.mark.parametrize("arch", ["bert", "qwen3"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "last"])
+@pytest.mark.parametrize("lengths, config", [
+    ([5, 1, 17], Config(4, 64)),     # empty slot and tail padding
+    ([7, 9], Config(2, 16)),         # no padding at all
+    ([3, 13], Config(8, 16)),        # empty slots, no tail padding (padding slot is empty)
+    ([30], Config(1, 64)),           # one sequence, long tail
+])
+def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
+    from hedgerow.engine.attention import CpuRaggedAttention
+    from hedgerow.engine.batch import RaggedBatch
+    from hedgerow.engine.gpu import HostBatch, bucket_views, pack_bucket
+    from hedgerow.engine.pooling import pool
+    from hedgerow.engine.positions import token_layout
+
+    model = _tiny_models()[arch]
+    generator = torch.Generator().manual_seed(len(lengths) * 31 + config.tokens)
+    batch = RaggedBatch.from_sequences(
+        [torch.randint(0, 97, (n,), generator=generator).tolist() for n in lengths])
+    layout = token_layout(batch.cu_seqlens)
+    attention = CpuRaggedAttention()
+    with torch.inference_mode():
+        hidden = model(batch.input_ids, layout.position_ids, batch.cu_seqlens, batch.max_seqlen,
+                       attention)
+        expected = pool(hidden, batch.cu_seqlens, layout.seq_index, layout.lengths, pooling)
+        feed = HostBatch(batch.input_ids, batch.cu_seqlens, layout.position_ids, batch.max_seqlen)
+        packed = pack_bucket(feed, config, pooling)
+        views = bucket_views(packed, config)
+        assert views.cu_seqlens[-1] == config.tokens and views.seq_index.shape == (config.tokens,)
+        hidden_padded = model(views.input_ids, views.position_ids, views.cu_seqlens,
+                              config.tokens, attention)
+        got = pool(hidden_padded, views.pool_starts, views.seq_index, views.lengths, pooling)
+    assert got.shape == (config.seq_slots + 1, 32)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got[:len(lengths)], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_that_does_not_fit_its_bucket_is_refused():
+    from hedgerow.engine.batch import RaggedBatch
+    from hedgerow.engine.gpu import HostBatch, pack_bucket
+    from hedgerow.engine.positions import token_layout
+
+    batch = RaggedBatch.from_sequences([[1] * 70])
+    feed = HostBatch(batch.input_ids, batch.cu_seqlens,
+                     token_layout(batch.cu_seqlens).position_ids, 70)
+    with pytest.raises(ValueError, match="does not fit"):
+        pack_bucket(feed, Config(1, 64), "cls")
