@@ -10,6 +10,7 @@ requests or scheduling; `validate` checks what only it can know (vocabulary, pos
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +22,9 @@ from hedgerow.engine.pooling import pool
 from hedgerow.engine.positions import token_layout
 from hedgerow.errors import InvalidInputError
 from hedgerow.logs import fields, step
+
+if TYPE_CHECKING:
+    from hedgerow.engine.gpu import CudaStepper, GpuSettings
 
 log = logging.getLogger("hedgerow.engine")
 
@@ -42,10 +46,12 @@ class ModelInfo:
 class Engine:
     """A model ready to embed ragged batches on one device."""
 
-    def __init__(self, loaded: LoadedModel, attention: Attention) -> None:
+    def __init__(self, loaded: LoadedModel, attention: Attention, gpu: "CudaStepper | None" = None
+                 ) -> None:
         self._loaded = loaded
         self._model = loaded.model
         self._attention = attention
+        self._gpu = gpu  # the CUDA step path (graphs, bucketing, overlap); None on CPU
         self.device = loaded.device
         self.info = ModelInfo(
             name=loaded.name,
@@ -62,12 +68,18 @@ class Engine:
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", dtype: str = "float32",
-             causal: bool | None = None, attention: Attention | None = None) -> "Engine":
+             causal: bool | None = None, attention: Attention | None = None,
+             gpu_settings: "GpuSettings | None" = None) -> "Engine":
         """Load a model directory (raises ModelLoadError). `attention` defaults to the CPU
-        ragged backend; GPU backends are passed in by their owners."""
+        ragged backend; on a CUDA device (and no `attention` given) steps go through the
+        CUDA step path of gpu.py, configured by `gpu_settings`."""
         with step(log, "engine.load", path=str(path), device=device, dtype=dtype):
             loaded = load_model(path, device=device, dtype=dtype, causal=causal)
-        engine = cls(loaded, attention or CpuRaggedAttention())
+        gpu = None
+        if loaded.device.type == "cuda" and attention is None:
+            from hedgerow.engine.gpu import GpuSettings, stepper_for
+            gpu = stepper_for(loaded, gpu_settings or GpuSettings())
+        engine = cls(loaded, attention or CpuRaggedAttention(), gpu)
         log.info("%s", fields(event="engine.ready", model=engine.info.name,
                               architecture=engine.info.architecture,
                               dimensions=engine.info.dimensions,
@@ -97,6 +109,8 @@ class Engine:
 
         Returns a LazyTensor of float32 [B, dimensions], pooled, not normalised.
         """
+        if self._gpu is not None:
+            return self._gpu.step(batch)
         layout = token_layout(batch.cu_seqlens)
         device = self.device
         input_ids = batch.input_ids.to(device, non_blocking=True)
@@ -111,3 +125,17 @@ class Engine:
         if device.type == "cpu":
             return LazyTensor.completed(pooled)
         return LazyTensor.copy_from_device(pooled, torch.cuda.current_stream(device))
+
+    def warmup(self) -> None:
+        """Capture the CUDA graphs of the hot set (blocks); nothing to do on CPU."""
+        if self._gpu is not None:
+            with step(log, "engine.warmup", hot_set=len(self._gpu.cache.hot_set)):
+                self._gpu.warmup()
+
+    def warmup_report(self) -> dict:
+        """Graph-cache state for /warmup and metrics (see graphs.GraphCache.report)."""
+        if self._gpu is not None:
+            return self._gpu.report()
+        return {"loaded": True, "configurations_seen": 0, "captured": 0, "hot_set": 0,
+                "hot_set_captured": 0, "coverage": 1.0, "graph_memory_bytes": 0,
+                "device": str(self.device)}
