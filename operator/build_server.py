@@ -1,0 +1,165 @@
+"""Manifests of the embedding servers: ConfigMap, Deployment and headless Service.
+
+Pure functions from a checked `Service` to dicts; no I/O, no cluster. The Deployment carries the
+GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator's warmup
+tracking), gRPC readiness and startup probes on 50051, a preStop pause that lets gateways drop
+the pod from DNS before SIGTERM starts the drain, and a non-root, read-only container. When an
+HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
+takes it back from the HPA.
+"""
+
+import math
+
+from hedgerow.operator import names
+from hedgerow.operator.build_common import (
+    config_hash, config_map, container_security_context, pod_security_context, quantity,
+    scheduling, volumes_and_mounts,
+)
+from hedgerow.operator.spec import Service
+
+# Seconds past the drain and the server's own shutdown grace before the kubelet kills the pod.
+KILL_MARGIN_SECONDS = 10
+STARTUP_PERIOD_SECONDS = 10
+
+
+def server_env(service: Service) -> dict[str, str]:
+    """HEDGEROW_* settings of `hedgerow server` (see server/settings.py for their meaning)."""
+    server, model = service.spec["server"], service.spec["model"]
+    env = {
+        "HEDGEROW_MODEL": model["path"],
+        "HEDGEROW_HOST": "0.0.0.0",
+        "HEDGEROW_PORT": str(names.SERVER_GRPC_PORT),
+        "HEDGEROW_HTTP_PORT": str(names.SERVER_HTTP_PORT),
+        "HEDGEROW_DEVICE": "cuda" if server["gpus"] > 0 else "cpu",
+        "HEDGEROW_DTYPE": server["dtype"],
+        "HEDGEROW_MAX_BATCH_TOKENS": str(server["maxBatchTokens"]),
+        "HEDGEROW_MAX_BATCH_SEQS": str(server["maxBatchSeqs"]),
+        "HEDGEROW_MAX_REQUEST_TOKENS": str(server["maxRequestTokens"]),
+        "HEDGEROW_MAX_INFLIGHT_TOKENS": str(server["maxInflightTokens"]),
+        "HEDGEROW_SHUTDOWN_GRACE": str(server["shutdownGraceSeconds"]),
+    }
+    if server.get("buckets"):
+        env["HEDGEROW_BUCKETS"] = ",".join(str(b) for b in server["buckets"])
+    if server.get("hotSet"):
+        env["HEDGEROW_HOT_SET"] = ",".join(
+            f"{shape['sequences']}x{shape['tokens']}" for shape in server["hotSet"])
+    return env
+
+
+def build_server_config(service: Service) -> dict:
+    return config_map(service, names.server_name(service), "server", server_env(service))
+
+
+def _resources(server: dict) -> dict:
+    requests = {"cpu": quantity(server["cpu"]), "memory": quantity(server["memory"])}
+    limits = {"memory": quantity(server["memory"])}
+    if server["gpus"] > 0:
+        requests[server["gpuResource"]] = str(server["gpus"])
+        limits[server["gpuResource"]] = str(server["gpus"])
+    return {"requests": requests, "limits": limits}
+
+
+def _container(service: Service, mounts: list[dict]) -> dict:
+    server = service.spec["server"]
+    container = {
+        "name": names.SERVER_CONTAINER,
+        "image": server["image"],
+        "imagePullPolicy": server["imagePullPolicy"],
+        "command": ["hedgerow"],
+        "args": ["server"],
+        "envFrom": [{"configMapRef": {"name": names.server_name(service)}}],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "ports": [
+            {"name": "grpc", "containerPort": names.SERVER_GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": names.SERVER_HTTP_PORT, "protocol": "TCP"},
+        ],
+        "resources": _resources(server),
+        "startupProbe": {
+            "grpc": {"port": names.SERVER_GRPC_PORT},
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "failureThreshold": math.ceil(server["startupSeconds"] / STARTUP_PERIOD_SECONDS),
+        },
+        "readinessProbe": {
+            "grpc": {"port": names.SERVER_GRPC_PORT},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/metrics", "port": names.SERVER_HTTP_PORT},
+            "periodSeconds": 20,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": mounts + [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    if server["drainSeconds"] > 0:
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": server["drainSeconds"]}}}
+    return container
+
+
+def build_server_deployment(service: Service, config: dict) -> dict:
+    """The server Deployment; `config` is build_server_config's ConfigMap (hashed into the
+    pod template so a settings change rolls the pods)."""
+    server = service.spec["server"]
+    volumes, mounts = volumes_and_mounts(service)
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
+    pod_spec = {
+        "securityContext": pod_security_context(),
+        "terminationGracePeriodSeconds":
+            server["drainSeconds"] + server["shutdownGraceSeconds"] + KILL_MARGIN_SECONDS,
+        "containers": [_container(service, mounts)],
+        "volumes": volumes,
+        "enableServiceLinks": False,
+        **scheduling(server),
+    }
+    if service.spec["warmup"]["readinessGate"]:
+        pod_spec["readinessGates"] = [{"conditionType": names.GATE_CONDITION}]
+    if server.get("priorityClassName"):
+        pod_spec["priorityClassName"] = server["priorityClassName"]
+    spec = {
+        "selector": {"matchLabels": names.selector(service, "server")},
+        "strategy": {"type": "RollingUpdate",
+                     "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        "template": {
+            "metadata": {
+                "labels": names.labels(service, "server"),
+                "annotations": {
+                    names.CONFIG_HASH_ANNOTATION: config_hash(config),
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": str(names.SERVER_HTTP_PORT),
+                    "prometheus.io/path": "/metrics",
+                },
+            },
+            "spec": pod_spec,
+        },
+    }
+    if not service.autoscaled:
+        spec = {"replicas": server["replicas"], **spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": names.metadata(service, names.server_name(service), "server"),
+        "spec": spec,
+    }
+
+
+def build_server_service(service: Service) -> dict:
+    """Headless Service: its DNS lists the ready (so warm) server pods to the gateways, and it
+    is the object the token-rate metric is attached to for the HPA."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": names.metadata(service, names.server_name(service), "server"),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": False,
+            "selector": names.selector(service, "server"),
+            "ports": [
+                {"name": "grpc", "port": names.SERVER_GRPC_PORT, "targetPort": "grpc",
+                 "protocol": "TCP", "appProtocol": "grpc"},
+                {"name": "metrics", "port": names.SERVER_HTTP_PORT, "targetPort": "metrics",
+                 "protocol": "TCP"},
+            ],
+        },
+    }

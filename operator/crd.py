@@ -1,0 +1,430 @@
+"""The EmbeddingService CRD: the one source of truth for its schema, defaults and rules.
+
+Owns the `hedgerow.dev/v1alpha1` EmbeddingService API: every spec field with its type, bounds,
+default and description; the cross-field rules (rendered as CEL for the API server and checked
+again in Python by the operator); the status shape; printer columns. `build_crd()` renders the
+CustomResourceDefinition manifest the chart ships; `python -P -m hedgerow.operator.crd --write
+charts/hedgerow/crds` writes it, and tests/operator/test_crd.py fails when the chart's copy is
+stale. It knows nothing about how a spec becomes Deployments (see build_*.py).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from hedgerow.operator.schema import (
+    Rule, array, boolean, integer, obj, quantity, render, string, string_map,
+)
+
+GROUP = "hedgerow.dev"
+VERSION = "v1alpha1"
+PLURAL = "embeddingservices"
+SINGULAR = "embeddingservice"
+KIND = "EmbeddingService"
+SHORT_NAMES = ("embsvc",)
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+CRD_FILE = "embeddingservices.hedgerow.dev.yaml"
+
+# Child names append at most "-gateway" (8 characters) and Service names are DNS-1035 labels of
+# at most 63 characters; pods add a 16-character suffix to the Deployment name's ReplicaSet.
+MAX_NAME_LENGTH = 40
+
+MAX_BUCKETS = 64
+MAX_HOT_SET = 64
+
+
+def _tolerations(component: str) -> dict:
+    item = obj(
+        {
+            "key": string("Taint key the toleration matches; empty with Exists matches all.",
+                          max_length=253),
+            "operator": string("Exists or Equal.", enum=("Exists", "Equal"), default="Equal"),
+            "value": string("Taint value to match with Equal.", max_length=253),
+            "effect": string("Taint effect to match; empty matches all.",
+                             enum=("NoSchedule", "PreferNoSchedule", "NoExecute")),
+            "tolerationSeconds": integer("With NoExecute, how long the pod stays bound.",
+                                         minimum=0),
+        },
+        "A pod toleration (the core/v1 Toleration fields).",
+    )
+    return array(item, f"Tolerations of the {component} pods (e.g. for GPU node taints).",
+                 max_items=32)
+
+
+def _bucket_step_ok(buckets: list[int]) -> bool:
+    return all(b % 64 == 0 if b <= 1024 else b % 256 == 0 for b in buckets)
+
+
+def _strictly_increasing(buckets: list[int]) -> bool:
+    return all(a < b for a, b in zip(buckets, buckets[1:]))
+
+
+def _hot_set_ok(server: dict) -> bool:
+    buckets = server.get("buckets") or []
+    for shape in server.get("hotSet", []):
+        if shape["tokens"] > server["maxBatchTokens"] or shape["sequences"] > server["maxBatchSeqs"]:
+            return False
+        if buckets and shape["tokens"] not in buckets:
+            return False
+    return True
+
+
+BUCKETS = array(
+    integer("A token bucket: a static token count one CUDA graph is captured for.",
+            minimum=64, maximum=1048576),
+    "Token buckets of the CUDA-graph grid, strictly increasing: multiples of 64 up to 1024, "
+    "then of 256. Empty uses the server's built-in grid.",
+    max_items=MAX_BUCKETS,
+    rules=(
+        Rule("self.all(b, b <= 1024 ? b % 64 == 0 : b % 256 == 0)",
+             "buckets must be multiples of 64 up to 1024 and of 256 above",
+             _bucket_step_ok, reason="InvalidBucketGrid"),
+        Rule("self.isSorted() && self.all(b, self.exists_one(c, c == b))",
+             "buckets must be strictly increasing (sorted, no duplicates)",
+             _strictly_increasing, reason="InvalidBucketGrid"),
+    ),
+)
+
+HOT_SET = array(
+    obj(
+        {
+            "sequences": integer("Sequence count of the configuration.", minimum=1,
+                                 maximum=4096),
+            "tokens": integer("Token bucket of the configuration.", minimum=64,
+                              maximum=1048576),
+        },
+        "One CUDA-graph configuration (sequence count, token bucket).",
+        required=("sequences", "tokens"),
+        rules=(Rule("self.sequences <= self.tokens",
+                    "a hot-set shape cannot hold more sequences than tokens",
+                    lambda s: s["sequences"] <= s["tokens"], reason="InvalidHotSet"),),
+    ),
+    "Configurations captured before the server reports warm; everything else is captured "
+    "lazily while serving. Each shape costs capture time at start and graph memory.",
+    max_items=MAX_HOT_SET,
+)
+
+MODEL = obj(
+    {
+        "path": string("Model directory inside the containers (config.json, safetensors, "
+                       "tokenizer.json).", pattern=r"^/", max_length=1024),
+        "huggingFaceId": string("The model's Hugging Face id, for reference only (shown by "
+                                "`kubectl get embsvc`); nothing is downloaded.",
+                                max_length=256),
+        "servedName": string("The `model` name clients send. Default: the resource name.",
+                             max_length=256),
+        "mountPath": string("Where the model volume is mounted when one is given.",
+                            default="/models", pattern=r"^/", max_length=1024),
+        "persistentVolumeClaim": obj(
+            {
+                "claimName": string("Name of the PersistentVolumeClaim holding the model.",
+                                    min_length=1, max_length=253),
+                "subPath": string("Sub-directory of the volume to mount.", max_length=1024),
+            },
+            "Mount the model from a PVC (read-only). Gateways mount it too, for the "
+            "tokenizer: use ReadOnlyMany when pods span nodes.",
+            required=("claimName",),
+        ),
+        "hostPath": obj(
+            {"path": string("Directory on the node.", pattern=r"^/", max_length=1024)},
+            "Mount the model from a directory on the node (read-only).",
+            required=("path",),
+        ),
+    },
+    "Where the model lives. With neither persistentVolumeClaim nor hostPath, `path` is baked "
+    "into the server and gateway images.",
+    required=("path",),
+    rules=(
+        Rule("!(has(self.persistentVolumeClaim) && has(self.hostPath))",
+             "give at most one of model.persistentVolumeClaim and model.hostPath",
+             lambda m: not ("persistentVolumeClaim" in m and "hostPath" in m),
+             reason="InvalidModelSource"),
+        Rule("!(has(self.persistentVolumeClaim) || has(self.hostPath)) || "
+             "self.path == self.mountPath || self.path.startsWith(self.mountPath + '/')",
+             "model.path must lie under model.mountPath when the model comes from a volume",
+             lambda m: not ("persistentVolumeClaim" in m or "hostPath" in m)
+             or m["path"] == m["mountPath"] or m["path"].startswith(m["mountPath"] + "/"),
+             reason="InvalidModelPath"),
+    ),
+)
+
+SERVER = obj(
+    {
+        "image": string("Server image (runs `hedgerow server`).", min_length=1,
+                        max_length=1024),
+        "imagePullPolicy": string("Image pull policy.", enum=("Always", "IfNotPresent", "Never"),
+                                  default="IfNotPresent"),
+        "replicas": integer("Server replicas when autoscaling is off (one GPU each).",
+                            default=1, minimum=0, maximum=1000),
+        "gpus": integer("GPUs per server pod; 0 runs on CPU.", default=1, minimum=0,
+                        maximum=16),
+        "gpuResource": string("Extended resource name of a GPU.", default="nvidia.com/gpu",
+                              max_length=253),
+        "cpu": quantity("CPU request of a server pod.", default="4"),
+        "memory": quantity("Memory request and limit of a server pod.", default="32Gi"),
+        "dtype": string("Engine compute dtype.", enum=("bfloat16", "float16", "float32"),
+                        default="bfloat16"),
+        "maxBatchTokens": integer("Token budget of one engine step.", default=16384,
+                                  minimum=1, maximum=1048576),
+        "maxBatchSeqs": integer("Most sequences in one engine step.", default=256, minimum=1,
+                                maximum=4096),
+        "maxRequestTokens": integer("Most tokens one gRPC Embed request may carry.",
+                                    default=16384, minimum=1, maximum=4194304),
+        "maxInflightTokens": integer("Admission bound: tokens accepted but not answered.",
+                                     default=65536, minimum=1, maximum=16777216),
+        "buckets": BUCKETS,
+        "hotSet": HOT_SET,
+        "nodeSelector": string_map("Node labels a server pod must match."),
+        "tolerations": _tolerations("server"),
+        "priorityClassName": string("PriorityClass of the server pods.", max_length=253),
+        "maxUnavailable": integer("PodDisruptionBudget: server pods that may be evicted at "
+                                  "once.", default=1, minimum=0, maximum=1000),
+        "shutdownGraceSeconds": integer("On SIGTERM, how long a server keeps finishing admitted "
+                                        "work.", default=30, minimum=0, maximum=3600),
+        "drainSeconds": integer("preStop pause before SIGTERM, so gateways see the pod leave "
+                                "the Service first.", default=5, minimum=0, maximum=300),
+        "startupSeconds": integer("How long a server may take to load the model and start "
+                                  "gRPC before it is restarted.", default=900, minimum=10,
+                                  maximum=7200),
+    },
+    "The gRPC embedding servers (one per GPU).",
+    required=("image",),
+    rules=(
+        Rule("self.maxRequestTokens <= self.maxInflightTokens",
+             "server.maxRequestTokens must not exceed server.maxInflightTokens",
+             lambda s: s["maxRequestTokens"] <= s["maxInflightTokens"],
+             reason="InvalidServerLimits"),
+        Rule("!has(self.hotSet) || self.hotSet.all(h, h.tokens <= self.maxBatchTokens && "
+             "h.sequences <= self.maxBatchSeqs && (!has(self.buckets) || "
+             "self.buckets.size() == 0 || h.tokens in self.buckets))",
+             "every hot-set shape must fit maxBatchTokens and maxBatchSeqs and lie on the "
+             "bucket grid", _hot_set_ok, reason="InvalidHotSet"),
+    ),
+)
+
+GATEWAY = obj(
+    {
+        "image": string("Gateway image (runs `hedgerow gateway`; no torch).", min_length=1,
+                        max_length=1024),
+        "imagePullPolicy": string("Image pull policy.", enum=("Always", "IfNotPresent", "Never"),
+                                  default="IfNotPresent"),
+        "replicas": integer("Gateway replicas.", default=2, minimum=1, maximum=1000),
+        "cpu": quantity("CPU request of a gateway pod.", default="2"),
+        "memory": quantity("Memory request and limit of a gateway pod.", default="2Gi"),
+        "chunkTokens": integer("Token budget of one chunk sent to one server.", default=2048,
+                               minimum=1, maximum=1048576),
+        "maxInputs": integer("Most inputs in one request.", default=2048, minimum=1,
+                             maximum=1000000),
+        "maxRequestTokens": integer("Most tokens in one request, after templates.",
+                                    default=300000, minimum=1, maximum=100000000),
+        "truncate": boolean("Truncate over-long inputs instead of answering 400.",
+                            default=False),
+        "templates": obj(
+            {
+                "query": string("Prefix for input_type=query.", max_length=4096),
+                "document": string("Prefix for input_type=document.", max_length=4096),
+            },
+            "Prefixes per input type. Default: the model's own prompts.",
+        ),
+        "apiKeySecret": obj(
+            {
+                "name": string("Secret name.", min_length=1, max_length=253),
+                "key": string("Key holding the API keys, one per line.", default="api-keys",
+                              min_length=1, max_length=253),
+            },
+            "Secret with the accepted API keys. Without it the API is open.",
+            required=("name",),
+        ),
+        "serviceType": string("Type of the gateway Service.",
+                              enum=("ClusterIP", "NodePort", "LoadBalancer"),
+                              default="ClusterIP"),
+        "nodeSelector": string_map("Node labels a gateway pod must match."),
+        "tolerations": _tolerations("gateway"),
+    },
+    "The HTTP gateways: tokenize, chunk, route to servers, merge.",
+    required=("image",),
+)
+
+AUTOSCALING = obj(
+    {
+        "enabled": boolean("Scale servers with an HPA on token throughput; `server.replicas` "
+                           "is then ignored.", default=False),
+        "minReplicas": integer("Fewest server replicas.", default=1, minimum=1, maximum=1000),
+        "maxReplicas": integer("Most server replicas.", default=4, minimum=1, maximum=1000),
+        "targetTokensPerSecond": integer("Tokens per second one server replica should carry; "
+                                         "replicas = total token rate / this.", default=100000,
+                                         minimum=1, maximum=1000000000),
+        "metricName": string("Object metric on the server Service with the total token rate "
+                             "(see the chart's prometheus-adapter rule).",
+                             default="hedgerow_tokens_per_second", min_length=1,
+                             max_length=253),
+        "scaleUpStabilizationSeconds": integer("HPA scale-up stabilization window.",
+                                               default=0, minimum=0, maximum=3600),
+        "scaleDownStabilizationSeconds": integer("HPA scale-down stabilization window.",
+                                                 default=300, minimum=0, maximum=3600),
+        "scaleUpPodsPerMinute": integer("Most server pods added per minute.", default=4,
+                                        minimum=1, maximum=1000),
+        "scaleDownPodsPerMinute": integer("Most server pods removed per minute.", default=1,
+                                          minimum=1, maximum=1000),
+    },
+    "Token-throughput autoscaling of the servers.",
+    default={},
+    rules=(
+        Rule("self.minReplicas <= self.maxReplicas",
+             "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
+             lambda a: a["minReplicas"] <= a["maxReplicas"], reason="InvalidAutoscaling"),
+    ),
+)
+
+WARMUP = obj(
+    {
+        "readinessGate": boolean("Hold a server pod out of traffic until its hot CUDA graphs "
+                                 "are captured (pod readiness gate hedgerow.dev/graphs-warm).",
+                                 default=True),
+    },
+    "Warmup tracking.",
+    default={},
+)
+
+SPEC = obj(
+    {
+        "model": MODEL,
+        "server": SERVER,
+        "gateway": GATEWAY,
+        "autoscaling": AUTOSCALING,
+        "warmup": WARMUP,
+    },
+    "Desired state of an EmbeddingService.",
+    required=("model", "server", "gateway"),
+    rules=(
+        Rule("self.gateway.chunkTokens <= self.server.maxRequestTokens",
+             "gateway.chunkTokens must not exceed server.maxRequestTokens, or chunks would be "
+             "refused", lambda s: s["gateway"]["chunkTokens"] <= s["server"]["maxRequestTokens"],
+             reason="InvalidChunking"),
+    ),
+)
+
+CONDITION = obj(
+    {
+        "type": string("Ready, Progressing or GraphsWarm."),
+        "status": string("True, False or Unknown.", enum=("True", "False", "Unknown")),
+        "reason": string("One CamelCase word."),
+        "message": string("Human-readable detail."),
+        "lastTransitionTime": string("When status last changed (RFC 3339)."),
+        "observedGeneration": integer("Spec generation this condition describes."),
+    },
+    "A condition of the EmbeddingService.",
+    required=("type", "status"),
+)
+
+STATUS = obj(
+    {
+        "observedGeneration": integer("Last spec generation the operator acted on."),
+        "model": string("The model served (Hugging Face id, or the path)."),
+        "replicas": integer("Server pods that exist."),
+        "readyReplicas": integer("Server pods ready for traffic."),
+        "warmReplicas": integer("Server pods whose hot CUDA graphs are captured."),
+        "gatewayReadyReplicas": integer("Gateway pods ready for traffic."),
+        "conditions": {
+            "type": "array", "description": "Ready, Progressing and GraphsWarm.",
+            "items": CONDITION,
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+        },
+    },
+    "Observed state, written by the operator.",
+    preserve_unknown=True,
+)
+
+ROOT = obj(
+    {
+        "apiVersion": string("hedgerow.dev/v1alpha1."),
+        "kind": string("EmbeddingService."),
+        "metadata": {"type": "object"},
+        "spec": SPEC,
+        "status": STATUS,
+    },
+    "An embedding model served by Hedgerow: gateways, GPU servers and their autoscaling.",
+    required=("spec",),
+    rules=(
+        Rule(f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+             f"metadata.name must be at most {MAX_NAME_LENGTH} characters (children append "
+             "suffixes and Service names are DNS labels)",
+             lambda body: len(body.get("metadata", {}).get("name", "")) <= MAX_NAME_LENGTH,
+             reason="NameTooLong"),
+        Rule("self.metadata.name.matches('^[a-z]')",
+             "metadata.name must start with a letter (it names Services)",
+             lambda body: body.get("metadata", {}).get("name", "a")[:1].isalpha(),
+             reason="InvalidName"),
+    ),
+)
+
+PRINTER_COLUMNS = [
+    {"name": "Model", "type": "string", "jsonPath": ".status.model"},
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def open_api_schema() -> dict:
+    """The rendered openAPIV3Schema of v1alpha1 (structural, CEL rules included)."""
+    return render(ROOT)
+
+
+def build_crd() -> dict:
+    """The CustomResourceDefinition manifest (apiextensions.k8s.io/v1)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "hedgerow",
+                       "app.kubernetes.io/component": "crd"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "plural": PLURAL, "singular": SINGULAR, "kind": KIND,
+                "listKind": f"{KIND}List", "shortNames": list(SHORT_NAMES),
+                "categories": ["hedgerow"],
+            },
+            "versions": [{
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": PRINTER_COLUMNS,
+                "schema": {"openAPIV3Schema": open_api_schema()},
+            }],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = ("# Generated from operator/crd.py by `python -P -m hedgerow.operator.crd --write "
+              "charts/hedgerow/crds`. Do not edit.\n")
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print or write the EmbeddingService CRD.")
+    parser.add_argument("--write", type=Path, metavar="DIR",
+                        help=f"write {CRD_FILE} into DIR instead of printing it")
+    args = parser.parse_args(argv)
+    text = crd_yaml()
+    if args.write is None:
+        sys.stdout.write(text)
+    else:
+        args.write.mkdir(parents=True, exist_ok=True)
+        (args.write / CRD_FILE).write_text(text)
+        print(f"wrote {args.write / CRD_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Handlers that coordinate: check the spec, apply the children, track warmup, write status.
+
+Owns the order of work for one EmbeddingService and nothing else: what the children contain
+comes from the build_* modules, what a condition means from status.py, what "warm" means from
+warmup.py, how to talk to the API from kube.py. Reconciliation is level-based and idempotent:
+every call applies the whole desired state (server-side apply), so create, update, resume and
+the drift-repair timer all run the same `reconcile`. A spec that cannot be reconciled becomes
+`Ready=False` with a reason and an event, and no child is touched: nothing half-built, no retry
+loop. API failures raise kopf.TemporaryError, which kopf retries with a delay.
+"""
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any, Mapping
+
+import aiohttp
+import kopf
+
+from hedgerow.operator import names, status, warmup
+from hedgerow.operator.kube import ApiError, KubeClient
+from hedgerow.operator.manifests import build_all, unwanted
+from hedgerow.operator.spec import Service, SpecError, parse
+
+MODEL_VOLUME_MISSING = "ModelVolumeNotFound"
+RETRY_DELAY_SECONDS = 10
+
+
+@dataclasses.dataclass
+class Context:
+    """What every handler shares: the operator's settings and its two HTTP clients."""
+
+    config: Any  # hedgerow.operator.main.OperatorSettings
+    kube: KubeClient
+    probes: aiohttp.ClientSession | None = None
+
+
+def _announce(body: Mapping[str, Any], changed: list[dict]) -> None:
+    for cond in changed:
+        healthy = cond["status"] == status.TRUE or (
+            cond["type"] == status.PROGRESSING and cond["reason"] == status.COMPLETE)
+        kopf.event(body, type="Normal" if healthy else "Warning", reason=cond["reason"],
+                   message=f"{cond['type']}={cond['status']}: {cond['message']}")
+
+
+def _write_conditions(body: Mapping[str, Any], patch: kopf.Patch, conditions: list[dict],
+                      fields: dict) -> None:
+    old = (body.get("status") or {}).get("conditions")
+    patch.status.update(fields)
+    patch.status["conditions"] = status.merge(old, conditions, status.now())
+    _announce(body, status.transitions(old, conditions))
+
+
+async def _preflight(ctx: Context, service: Service) -> None:
+    """Checks the schema cannot make: the model's PVC must exist."""
+    claim = service.spec["model"].get("persistentVolumeClaim")
+    if claim is None:
+        return
+    found = await ctx.kube.get("v1", "PersistentVolumeClaim", service.namespace,
+                               claim["claimName"])
+    if found is None:
+        raise SpecError(MODEL_VOLUME_MISSING,
+                        f"PersistentVolumeClaim {claim['claimName']!r} (spec.model."
+                        f"persistentVolumeClaim.claimName) does not exist in namespace "
+                        f"{service.namespace!r}")
+
+
+async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
+                    logger: logging.Logger) -> None:
+    """Bring every child to the spec's desired state, then refresh status."""
+    generation = (body.get("metadata") or {}).get("generation")
+    try:
+        service = parse(body)
+        await _preflight(ctx, service)
+    except SpecError as error:
+        logger.warning("spec rejected: %s: %s", error.reason, error.message)
+        _write_conditions(body, patch, status.invalid_conditions(
+            error.reason, error.message, generation),
+            status.status_fields(_model_label(body), None, generation))
+        return
+    except ApiError as error:
+        raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
+    try:
+        for manifest in build_all(service):
+            await ctx.kube.apply(manifest)
+        for child in unwanted(service):
+            if await ctx.kube.delete(child.api_version, child.kind, service.namespace,
+                                     child.name):
+                logger.info("deleted %s %s", child.kind, child.name)
+    except ApiError as error:
+        raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
+    await observe(ctx, service, body, patch, generation)
+
+
+async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
+                       logger: logging.Logger) -> None:
+    """Timer: read each server pod's warmup, set its gate, refresh the conditions."""
+    try:
+        service = parse(body)
+    except SpecError:
+        return  # reconcile already reported it
+    acted_on = (body.get("status") or {}).get("observedGeneration")
+    try:
+        await observe(ctx, service, body, patch, acted_on)
+    except ApiError as error:
+        logger.warning("warmup tracking failed: %s", error)
+
+
+def _model_label(body: Mapping[str, Any]) -> str:
+    model = ((body.get("spec") or {}).get("model") or {})
+    return str(model.get("huggingFaceId") or model.get("path") or "")
+
+
+async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch: kopf.Patch,
+                  generation: int | None) -> None:
+    """Count ready and warm pods, update readiness gates, write status and conditions."""
+    server = await ctx.kube.get("apps/v1", "Deployment", service.namespace,
+                                names.server_name(service))
+    gateway = await ctx.kube.get("apps/v1", "Deployment", service.namespace,
+                                 names.gateway_name(service))
+    pods = await ctx.kube.list("v1", "Pod", service.namespace,
+                               names.selector(service, "server"))
+    warm = await _track_gates(ctx, service, body, pods)
+    if service.autoscaled:
+        desired = int(((server or {}).get("spec") or {}).get(
+            "replicas", service.spec["autoscaling"]["minReplicas"]))
+    else:
+        desired = service.spec["server"]["replicas"]
+    seen = status.observed_from(server, gateway, desired,
+                                service.spec["gateway"]["replicas"], warm)
+    _write_conditions(body, patch, status.healthy_conditions(seen, generation),
+                      status.status_fields(service.model_label, seen, generation))
+
+
+async def _track_gates(ctx: Context, service: Service, body: Mapping[str, Any],
+                       pods: list[dict]) -> int:
+    """Set each server pod's readiness gate from its /warmup; return how many are warm."""
+    views = [warmup.server_pod(pod) for pod in pods
+             if not (pod.get("metadata") or {}).get("deletionTimestamp")]
+    decisions = await asyncio.gather(*(_decide(ctx, view) for view in views))
+    gated = service.spec["warmup"]["readinessGate"]
+    at = status.now()
+    for view, decision in zip(views, decisions):
+        if gated and warmup.needs_patch(view, decision):
+            condition = warmup.gate_condition(view, decision, at)
+            await ctx.kube.patch_pod_status(service.namespace, view.name,
+                                            {"status": {"conditions": [condition]}})
+            kopf.event(body, type="Normal" if decision.status == "True" else "Warning",
+                       reason=decision.reason,
+                       message=f"pod {view.name}: {names.GATE_CONDITION}={decision.status}: "
+                               f"{decision.message}")
+    return sum(decision.status == "True" for decision in decisions)
+
+
+async def _decide(ctx: Context, view: warmup.ServerPod) -> warmup.GateDecision:
+    report, error = None, None
+    if view.running and view.ip and ctx.probes is not None:
+        try:
+            report = await warmup.fetch_report(ctx.probes, view.ip, ctx.config.warmup_port,
+                                               ctx.config.warmup_timeout)
+        except warmup.WarmupUnavailable as failure:
+            error = str(failure)
+    return warmup.decide(view, report, error)

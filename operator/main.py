@@ -1,0 +1,90 @@
+"""`hedgerow operator`: run the Kubernetes operator for EmbeddingServices.
+
+Owns the process: its settings (flags and HEDGEROW_* variables), logging, and running kopf with
+the registered handlers. kopf logs in with the pod's service account, or a kubeconfig
+(KUBECONFIG or ~/.kube/config) outside a cluster. The operator runs standalone (one replica,
+no kopf peering). Knows nothing about what the handlers do.
+"""
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+import kopf
+
+from hedgerow import logs
+from hedgerow import settings as settings_lib
+from hedgerow.operator.names import OPERATOR_HEALTH_PORT
+from hedgerow.operator.registration import register
+
+HELP = "Run the Kubernetes operator that turns EmbeddingServices into a serving fleet."
+
+log = logging.getLogger("hedgerow.operator")
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorSettings:
+    namespaces: tuple[str, ...] = settings_lib.setting(
+        (),
+        "Namespaces to watch, comma separated (globs allowed). Empty watches the whole "
+        "cluster, which needs the chart's ClusterRole.",
+    )
+    resync_interval: float = settings_lib.setting(
+        30.0,
+        "How often every EmbeddingService is re-applied in full, repairing drift (a deleted "
+        "or edited child). Each pass costs about ten API requests per resource.",
+        unit="seconds", minimum=0.1,
+    )
+    warmup_interval: float = settings_lib.setting(
+        5.0,
+        "How often server pods' /warmup is read and readiness gates updated. Lower admits a "
+        "warm replica to traffic sooner, at one HTTP request per pod per interval.",
+        unit="seconds", minimum=0.1,
+    )
+    warmup_port: int = settings_lib.setting(
+        9090, "Port of the servers' /warmup endpoint.", unit="TCP port", minimum=1,
+        maximum=65535,
+    )
+    warmup_timeout: float = settings_lib.setting(
+        2.0, "Longest wait for one pod's /warmup answer.", unit="seconds", minimum=0.01,
+    )
+    health_port: int = settings_lib.setting(
+        OPERATOR_HEALTH_PORT,
+        "Port of the liveness endpoint /healthz; 0 turns it off.", unit="TCP port",
+        minimum=0, maximum=65535,
+    )
+    log_level: str = settings_lib.setting(
+        "info", "Log verbosity.", choices=("debug", "info", "warning", "error"),
+    )
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    settings_lib.add_arguments(parser, OperatorSettings)
+
+
+async def operate(config: OperatorSettings, *, stop_flag: Any = None,
+                  ready_flag: Any = None) -> None:
+    """Run kopf until `stop_flag` is set (or forever)."""
+    registry = kopf.OperatorRegistry()
+    register(registry, config)
+    liveness = (f"http://0.0.0.0:{config.health_port}/healthz"
+                if config.health_port else None)
+    await kopf.operator(
+        registry=registry,
+        standalone=True,
+        clusterwide=not config.namespaces,
+        namespaces=list(config.namespaces),
+        liveness_endpoint=liveness,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = settings_lib.load(OperatorSettings, args)
+    logs.configure(config.log_level)
+    log.info("%s", logs.fields(event="operator.start", **settings_lib.describe(config)))
+    asyncio.run(operate(config))
+    return 0

@@ -1,0 +1,75 @@
+"""Fixed names shared by the builders, the handlers and the chart: ports, labels, child names.
+
+Owns DESIGN.md's fixed names as constants and the helpers that derive a child's name, labels,
+selector and ownerReference from the parent. Knows nothing about what the children contain.
+"""
+
+from typing import Literal
+
+from hedgerow.operator import crd
+from hedgerow.operator.spec import Service
+
+FIELD_MANAGER = "hedgerow-operator"
+GATE_CONDITION = "hedgerow.dev/graphs-warm"
+CONFIG_HASH_ANNOTATION = "hedgerow.dev/config-hash"
+
+GATEWAY_HTTP_PORT = 8080
+SERVER_GRPC_PORT = 50051
+SERVER_HTTP_PORT = 9090
+OPERATOR_HEALTH_PORT = 8081
+
+SERVER_CONTAINER = "server"
+GATEWAY_CONTAINER = "gateway"
+RUN_AS_USER = 10001
+
+Component = Literal["server", "gateway"]
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+APP_NAME = "hedgerow"
+
+
+def server_name(service: Service) -> str:
+    """Server Deployment, headless Service, ConfigMap, PDB and HPA."""
+    return f"{service.name}-server"
+
+
+def gateway_name(service: Service) -> str:
+    """Gateway Deployment, ConfigMap and PDB."""
+    return f"{service.name}-gateway"
+
+
+def gateway_service_name(service: Service) -> str:
+    """The Service clients call: the resource's own name."""
+    return service.name
+
+
+def selector(service: Service, component: Component) -> dict[str, str]:
+    """Labels that select one component's pods (immutable once a Deployment exists)."""
+    return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: service.name, LABEL_COMPONENT: component}
+
+
+def labels(service: Service, component: Component) -> dict[str, str]:
+    return {**selector(service, component), LABEL_MANAGED_BY: FIELD_MANAGER}
+
+
+def owner_reference(service: Service) -> dict:
+    return {
+        "apiVersion": crd.API_VERSION,
+        "kind": crd.KIND,
+        "name": service.name,
+        "uid": service.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def metadata(service: Service, name: str, component: Component) -> dict:
+    return {
+        "name": name,
+        "namespace": service.namespace,
+        "labels": labels(service, component),
+        "ownerReferences": [owner_reference(service)],
+    }

@@ -1,0 +1,63 @@
+"""Registration of the kopf handlers: which event or timer calls which handler.
+
+Owns the wiring only: login (kopf's service-account or kubeconfig login, shared with the
+operator's own API client), start-up tuning of kopf, create/update/resume and the drift-repair
+timer on `reconcile`, the warmup timer on `track_warmup`, and clean-up. Everything a handler
+does lives in handlers.py; everything it builds in the build_* modules.
+"""
+
+import logging
+from typing import Any
+
+import aiohttp
+import kopf
+
+from hedgerow.operator import crd, handlers
+from hedgerow.operator.kube import KubeClient
+
+RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
+
+
+def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
+    """Register every handler on `registry`; `config` is an OperatorSettings."""
+    ctx = handlers.Context(config=config, kube=KubeClient())
+
+    @kopf.on.startup(registry=registry)
+    async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # Only explicit events (condition and gate transitions) reach the cluster.
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 300
+        settings.networking.request_timeout = 60
+        ctx.probes = aiohttp.ClientSession()
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        if info is not None:
+            await ctx.kube.connect(info)
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(**_: Any) -> None:
+        await ctx.kube.close()
+        if ctx.probes is not None:
+            await ctx.probes.close()
+
+    @kopf.on.resume(*RESOURCE, registry=registry)
+    @kopf.on.create(*RESOURCE, registry=registry)
+    @kopf.on.update(*RESOURCE, registry=registry)
+    async def reconcile(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,
+                        **_: Any) -> None:
+        await handlers.reconcile(ctx, body, patch, logger)
+
+    @kopf.timer(*RESOURCE, interval=config.resync_interval, registry=registry, id="resync")
+    async def resync(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,
+                     **_: Any) -> None:
+        await handlers.reconcile(ctx, body, patch, logger)
+
+    @kopf.timer(*RESOURCE, interval=config.warmup_interval, registry=registry, id="warmup")
+    async def track_warmup(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,
+                           **_: Any) -> None:
+        await handlers.track_warmup(ctx, body, patch, logger)
+
+    return ctx
