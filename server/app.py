@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import time
+from typing import Any, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -45,20 +46,28 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     ]
 
 
-def load_engine(settings: ServerSettings):
-    """Load the engine (blocking; run it on a worker thread). Raises ModelLoadError."""
+def load_engine(settings: ServerSettings, gpu_settings: Any = None):
+    """Load the engine and capture its hot set (blocking; run it on a worker thread).
+
+    Raises ModelLoadError. `gpu_settings` (hedgerow.engine.gpu.GpuSettings) configures the
+    CUDA graph cache; None takes the engine's defaults; the CPU engine ignores it.
+    """
     from hedgerow.engine.engine import Engine
 
     path = settings.model or default_model_path()
-    engine = Engine.load(path, device=settings.device, dtype=settings.dtype)
-    warmup = getattr(engine, "warmup", None)
-    if callable(warmup):
-        warmup()
+    engine = Engine.load(path, device=settings.device, dtype=settings.dtype,
+                         gpu_settings=gpu_settings)
+    engine.warmup()
     return engine
 
 
-async def serve(settings: ServerSettings, stop: asyncio.Event | None = None) -> int:
-    """Run the server until SIGTERM/SIGINT (or `stop` is set); returns the exit status."""
+async def serve(settings: ServerSettings, gpu_settings: Any = None,
+                stop: asyncio.Event | None = None,
+                loader: Callable[[ServerSettings, Any], Any] = load_engine) -> int:
+    """Run the server until SIGTERM/SIGINT (or `stop` is set); returns the exit status.
+
+    `loader(settings, gpu_settings)` returns the engine (blocking; it runs on a thread).
+    """
     stop = stop or asyncio.Event()
     running = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -84,7 +93,7 @@ async def serve(settings: ServerSettings, stop: asyncio.Event | None = None) -> 
     log.info("%s", fields(event="server.listening", grpc=address,
                           http=f"{settings.host}:{settings.http_port}"))
     try:
-        loaded = await _load(state, stop)
+        loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))
         if loaded:
             if is_warm(state.engine):
                 await _set_serving(state, health)
@@ -95,10 +104,10 @@ async def serve(settings: ServerSettings, stop: asyncio.Event | None = None) -> 
         await http.wait_closed()
 
 
-async def _load(state: ServerState, stop: asyncio.Event) -> bool:
+async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]) -> bool:
     """Load the engine unless asked to stop first; start the loop. Raises ModelLoadError."""
     settings = state.settings
-    loading = asyncio.ensure_future(asyncio.to_thread(load_engine, settings))
+    loading = asyncio.ensure_future(asyncio.to_thread(load))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()

@@ -1,6 +1,7 @@
 """`hedgerow server`: the gRPC embedding server, one per GPU (or one on a CPU machine).
 
-Parses the flags (every one also an HEDGEROW_* variable) into ServerSettings once, sets up
+Parses the flags (every one also an HEDGEROW_* variable) into ServerSettings and the
+engine's GpuSettings (graph cache, hot set; used on CUDA devices) once, sets up
 logging, and runs the asyncio server on uvloop when it is installed. Knows nothing else.
 """
 
@@ -9,6 +10,7 @@ import asyncio
 import logging
 
 from hedgerow import logs, settings
+from hedgerow.engine.gpu import GpuSettings
 from hedgerow.server.settings import ServerSettings
 
 HELP = ("Serve a text-embedding model over gRPC (Embedder + grpc.health.v1) with /metrics and "
@@ -19,16 +21,20 @@ log = logging.getLogger("hedgerow.server")
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     settings.add_arguments(parser, ServerSettings)
+    settings.add_arguments(parser, GpuSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     config = settings.load(ServerSettings, args)
+    gpu = settings.load(GpuSettings, args)
     logs.configure(config.log_level)
     log.info("%s", logs.fields(event="server.settings", **settings.describe(config)))
+    if config.device != "cpu":
+        log.info("%s", logs.fields(event="server.gpu_settings", **settings.describe(gpu)))
     from hedgerow.server.app import serve
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(serve(config))
+        return runner.run(serve(config, gpu_settings=gpu))
 
 
 def _loop_factory():

@@ -2,8 +2,8 @@
 
 `ServerState` starts with no engine (the model is loading) and gains one, plus its scheduling
 loop, when loading finishes. The gRPC service and the HTTP endpoints read it; only `app.py`
-writes it. `warmup_status()` is the /warmup body: the engine's own warmup report when it has
-one (`Engine.warmup_report()`, the GPU engine's graph cache), else what this process saw.
+writes it. `warmup_status()` is the /warmup body: the engine's own warmup report
+(`Engine.warmup_report()`, the GPU engine's graph cache) plus the step shapes this server ran.
 Knows nothing about gRPC or HTTP.
 """
 
@@ -25,38 +25,29 @@ class ServerState:
     load_error: str | None = None
 
 
-def engine_warmup_report(engine: Any) -> dict[str, Any] | None:
-    """The engine's warmup report (graph cache state) if this engine keeps one."""
-    report = getattr(engine, "warmup_report", None)
-    return report() if callable(report) else None
+def engine_warmup_report(engine: Any) -> dict[str, Any]:
+    """The engine's warmup report (graph cache state; trivially warm on CPU)."""
+    return dict(engine.warmup_report())
 
 
 def is_warm(engine: Any) -> bool:
     """True when the engine has no hot set to capture, or has captured all of it."""
-    report = engine_warmup_report(engine)
-    return report is None or float(report.get("coverage", 1.0)) >= 1.0
+    return float(engine_warmup_report(engine).get("coverage", 1.0)) >= 1.0
 
 
 def warmup_status(state: ServerState) -> dict[str, Any]:
-    """JSON-ready warmup state: loaded, configurations seen, captured, hot-set coverage."""
+    """JSON-ready warmup state: the engine's report (loaded, configurations seen, captured,
+    hot-set coverage, graph memory), plus the steps this server ran and how many distinct
+    (sequences, tokens) step shapes they had."""
     status: dict[str, Any] = {"loaded": False, "serving": state.serving}
     if state.load_error is not None:
         status["error"] = state.load_error
     if state.engine is None:
         return status
-    report = engine_warmup_report(state.engine)
-    if report is None:
-        # No graph cache (the CPU engine): every configuration runs eagerly, nothing to capture.
-        loop = state.loop
-        report = {
-            "configurations_seen": len(loop.shapes) if loop else 0,
-            "captured": 0,
-            "hot_set": 0,
-            "hot_set_captured": 0,
-            "coverage": 1.0,
-            "steps": loop.steps if loop else 0,
-        }
-    status.update(report)
+    status.update(engine_warmup_report(state.engine))
+    loop = state.loop
+    status["steps"] = loop.steps if loop else 0
+    status["step_shapes_seen"] = len(loop.shapes) if loop else 0
     status["loaded"] = True
     status["serving"] = state.serving
     return status

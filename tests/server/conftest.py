@@ -1,0 +1,140 @@
+"""Helpers for the server's integration tests: a real `hedgerow server` process on loopback.
+
+`ServerProcess` starts the CLI in a child process on free ports, waits for gRPC health to say
+SERVING, and offers a channel, the /metrics and /warmup bodies, and a clean stop. Modules
+start one server each (module-scoped fixtures) to keep the suite fast.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from hedgerow.wire import embed_pb2
+from tests.conftest import hedgerow_command
+
+START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_env() -> dict[str, str]:
+    """Like the root `subprocess_env` fixture, usable from module-scoped fixtures."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+def embed_request(sequences, **options) -> embed_pb2.EmbedRequest:
+    """Token-id lists -> EmbedRequest with packed little-endian int32 bytes."""
+    flat = [token for seq in sequences for token in seq]
+    cu = np.cumsum([0] + [len(seq) for seq in sequences])
+    return embed_pb2.EmbedRequest(
+        input_ids=np.asarray(flat, dtype="<i4").tobytes(),
+        cu_seqlens=np.asarray(cu, dtype="<i4").tobytes(),
+        **options,
+    )
+
+
+class ServerProcess:
+    """One `hedgerow server` child process on loopback."""
+
+    def __init__(self, *flags: str, log_path) -> None:
+        self.port, self.http_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            hedgerow_command("server", "--host", "127.0.0.1", "--port", str(self.port),
+                             "--http-port", str(self.http_port), *flags),
+            env=child_env(), stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def health(self, timeout: float = 2.0) -> int | None:
+        """The overall health status, or None when the server does not answer."""
+        with grpc.insecure_channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            try:
+                return stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout).status
+            except grpc.RpcError:
+                return None
+
+    def wait_serving(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log_text()}")
+            if self.health() == health_pb2.HealthCheckResponse.SERVING:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"server not SERVING after {START_TIMEOUT_S}s:\n{self.log_text()}")
+
+    def http_get(self, path: str) -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=10) as r:
+            return r.read()
+
+    def warmup(self) -> dict:
+        return json.loads(self.http_get("/warmup"))
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample on /metrics (0.0 when absent)."""
+        wanted = name
+        if labels:
+            wanted += "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+        for line in self.http_get("/metrics").decode().splitlines():
+            if line.startswith(wanted + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def start_server(tmp_path_factory):
+    """Factory: start a server with extra flags, wait until SERVING; all stopped at the end."""
+    started = []
+
+    def start(*flags: str, wait: bool = True) -> ServerProcess:
+        log_path = tmp_path_factory.mktemp("server") / "server.log"
+        server = ServerProcess(*flags, log_path=log_path)
+        started.append(server)
+        if wait:
+            server.wait_serving()
+        return server
+
+    yield start
+    for server in started:
+        if server.proc.poll() is None:
+            code = server.terminate()
+            if code != 0:
+                sys.stderr.write(server.log_text())
+        server.kill()
