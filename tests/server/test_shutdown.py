@@ -1,0 +1,117 @@
+"""Start and stop: health follows loading, and SIGTERM drains admitted work before exit 0."""
+
+import asyncio
+import threading
+import urllib.request
+import json
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from hedgerow.server.app import load_engine, serve
+from hedgerow.server.convert import decode_embeddings
+from hedgerow.server.settings import ServerSettings
+from hedgerow.wire import embed_pb2, embed_pb2_grpc
+from tests.server.conftest import embed_request, free_port
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def long_request(seed: int) -> list[list[int]]:
+    return [[101] + [2000 + seed + i] * 254 + [102] for i in range(16)]
+
+
+def test_sigterm_drains_in_flight_work_then_exits_zero(start_server):
+    server = start_server("--max-batch-tokens", "256", "--shutdown-grace", "120")
+    requests = [long_request(100 * r) for r in range(4)]  # 16384 tokens: seconds of CPU work
+
+    async def main():
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = embed_pb2_grpc.EmbedderStub(channel)
+            calls = [asyncio.ensure_future(stub.Embed(embed_request(seqs), timeout=300))
+                     for seqs in requests]
+            while server.metric("hedgerow_tokens_total") == 0:
+                await asyncio.sleep(0.02)           # admitted, and the engine has started
+            server.proc.send_signal(15)             # SIGTERM
+            await asyncio.sleep(0.2)
+            health = await asyncio.to_thread(server.health)
+            try:
+                await stub.Embed(embed_request([[101, 7592, 102]]), timeout=30)
+            except grpc.aio.AioRpcError as error:
+                late = error
+            else:
+                late = None
+            return await asyncio.gather(*calls), health, late
+
+    responses, health, late = asyncio.run(main())
+    assert [list(r.shape) for r in responses] == [[16, 384]] * 4
+    assert all(np.isfinite(decode_embeddings(r)).all() for r in responses)
+    assert health in (NOT_SERVING, None), "health still SERVING after SIGTERM"
+    assert late is not None and late.code() == grpc.StatusCode.UNAVAILABLE
+    assert server.proc.wait(120) == 0
+    log = server.log_text()
+    assert "event=server.draining" in log and "drained=True" in log
+
+
+def test_health_is_not_serving_until_the_model_is_loaded():
+    # In-process: the real app and engine, with the loader held back by an event so the
+    # window before the model is loaded can be observed deterministically.
+    release = threading.Event()
+
+    def held_loader(settings, gpu_settings):
+        release.wait(120)
+        return load_engine(settings, gpu_settings)
+
+    settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
+                              shutdown_grace=5.0)
+    address = f"127.0.0.1:{settings.port}"
+
+    def warmup() -> dict:
+        url = f"http://127.0.0.1:{settings.http_port}/warmup"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+
+    async def check(health) -> int:
+        for _ in range(600):
+            try:
+                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                return reply.status
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.05)
+        raise AssertionError("the server never answered health checks")
+
+    async def main():
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(settings, stop=stop, loader=held_loader))
+        async with grpc.aio.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            stub = embed_pb2_grpc.EmbedderStub(channel)
+            before = await check(health)
+            with pytest.raises(grpc.aio.AioRpcError) as embed_error:
+                await stub.Embed(embed_request([[101, 7592, 102]]), timeout=10)
+            with pytest.raises(grpc.aio.AioRpcError) as info_error:
+                await stub.Info(embed_pb2.InfoRequest(), timeout=10)
+            warm_before = await asyncio.to_thread(warmup)
+            release.set()
+            while (after := await check(health)) != SERVING:
+                await asyncio.sleep(0.05)
+            response = await stub.Embed(embed_request([[101, 7592, 102]]), timeout=30)
+            warm_after = await asyncio.to_thread(warmup)
+        stop.set()
+        return before, embed_error.value, info_error.value, warm_before, after, response, \
+            warm_after, await task
+
+    before, embed_error, info_error, warm_before, after, response, warm_after, code = \
+        asyncio.run(main())
+    assert before == NOT_SERVING
+    assert embed_error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "still loading" in embed_error.details()
+    assert info_error.code() == grpc.StatusCode.UNAVAILABLE
+    assert warm_before == {"loaded": False, "serving": False}
+    assert after == SERVING
+    assert list(response.shape) == [1, 384]
+    assert warm_after["loaded"] is True and warm_after["serving"] is True
+    assert code == 0
