@@ -158,8 +158,14 @@ class KubeClient:
             if error.status != 404:
                 raise
         collection = collection_path(manifest["apiVersion"], manifest["kind"], meta["namespace"])
-        return await self._call("POST", collection, body=manifest,
-                                params={"fieldManager": FIELD_MANAGER})
+        try:
+            return await self._call("POST", collection, body=manifest,
+                                    params={"fieldManager": FIELD_MANAGER})
+        except ApiError as error:
+            if error.status != 409:
+                raise
+        # Someone created it between the two calls: apply onto it.
+        return await self._call("PATCH", path, body=manifest, content_type=APPLY, params=params)
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete if present; True when something was deleted."""

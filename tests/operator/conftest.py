@@ -1,0 +1,179 @@
+"""Fixtures for running the real operator against kmock (a Kubernetes API emulator).
+
+kmock serves the Kubernetes HTTP API from memory; the operator under test is the production
+kopf operator (`hedgerow.operator.main.operate`) logging in with a kubeconfig that points at
+kmock. kmock has no controllers: no pods appear for a Deployment, no garbage collection, no
+Deployment status. Tests create pods and write Deployment status themselves, through the API.
+A tiny aiohttp server on loopback stands in for the servers' /warmup endpoint.
+"""
+
+import asyncio
+import contextlib
+import copy
+import threading
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import pytest_asyncio
+import yaml
+from aiohttp import web
+
+from hedgerow.operator import crd
+from hedgerow.operator.main import OperatorSettings, operate
+
+NAMESPACE = "ml"
+CR_PATH = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{NAMESPACE}/{crd.PLURAL}"
+
+BASE_SPEC = {
+    "model": {"path": "/models/minilm", "huggingFaceId": "sentence-transformers/all-MiniLM-L6-v2",
+              "hostPath": {"path": "/srv/models"}},
+    "server": {"image": "registry.example/hedgerow-server:1", "replicas": 2, "gpus": 1},
+    "gateway": {"image": "registry.example/hedgerow-gateway:1", "replicas": 1},
+    "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 5,
+                    "targetTokensPerSecond": 50000},
+}
+
+
+def register_resources(kmock: Any) -> None:
+    kmock.resources.load_bundled()
+    kmock.resources[f"{crd.GROUP}/{crd.VERSION}/{crd.PLURAL}"] = {
+        "kind": crd.KIND, "singular": crd.SINGULAR, "namespaced": True,
+        "shortnames": set(crd.SHORT_NAMES), "subresources": {"status"},
+        "verbs": {"get", "list", "watch", "create", "update", "patch", "delete"},
+    }
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+        "users": [{"name": "kmock", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock",
+                                                   "namespace": NAMESPACE}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def resource(name: str, spec: dict | None = None, **metadata: Any) -> dict:
+    return {
+        "apiVersion": crd.API_VERSION, "kind": crd.KIND,
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+                     "generation": 1, "resourceVersion": "1", **metadata},
+        "spec": copy.deepcopy(BASE_SPEC if spec is None else spec),
+    }
+
+
+class Cluster:
+    """Reads and writes through kmock's HTTP API, as a user or a controller would."""
+
+    namespace = NAMESPACE
+    cr_path = CR_PATH
+    resource = staticmethod(resource)
+    child_path = staticmethod(lambda *a: child_path(*a))
+    eventually = staticmethod(lambda *a, **k: eventually(*a, **k))
+
+    def __init__(self, kmock: Any, warmup: "WarmupServer") -> None:
+        self.kmock = kmock
+        self.warmup = warmup
+
+    async def get(self, path: str) -> dict | None:
+        response = await self.kmock.get(path)
+        if response.status == 404:
+            return None
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+    async def post(self, path: str, body: dict) -> dict:
+        response = await self.kmock.post(path, json=body)
+        assert response.status in (200, 201), await response.text()
+        return await response.json()
+
+    async def patch(self, path: str, body: dict) -> dict:
+        response = await self.kmock.patch(
+            path, json=body, headers={"Content-Type": "application/merge-patch+json"})
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+    async def delete(self, path: str) -> None:
+        response = await self.kmock.delete(path)
+        assert response.status == 200, await response.text()
+
+
+def child_path(api_version: str, plural: str, name: str) -> str:
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{NAMESPACE}/{plural}/{name}"
+
+
+async def eventually(probe: Callable[[], Awaitable[Any]], what: str,
+                     timeout: float = 30.0) -> Any:
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout`
+    (a generous bound on a loaded machine, not a performance assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = None
+    while loop.time() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last seen: {last!r}")
+
+
+class WarmupServer:
+    """Serves /warmup on 127.0.0.1 with whatever `report` currently holds (None → 503)."""
+
+    def __init__(self) -> None:
+        self.report: dict | None = {"loaded": False, "captured": 0, "hot_set": 4,
+                                    "coverage": 0.0}
+        self.port = 0
+        self.hits = 0
+
+    async def _warmup(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        if self.report is None:
+            return web.Response(status=503, text="not yet")
+        return web.json_response(self.report)
+
+    @contextlib.asynccontextmanager
+    async def running(self):
+        app = web.Application()
+        app.router.add_get("/warmup", self._warmup)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        try:
+            yield self
+        finally:
+            await runner.cleanup()
+
+
+@pytest_asyncio.fixture
+async def cluster(kmock, tmp_path, monkeypatch):
+    """kmock with the CRD registered, a /warmup server, and the operator running against
+    them (resync every 0.5 s, warmup every 0.3 s so the tests converge quickly). Cluster-wide,
+    as the chart runs it: kmock cannot serve the namespace list kopf watches in namespaced mode."""
+    register_resources(kmock)
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig",
+                                                          str(kmock.url))))
+    warmup = WarmupServer()
+    async with warmup.running():
+        config = OperatorSettings(resync_interval=0.5,
+                                  warmup_interval=0.3, warmup_port=warmup.port,
+                                  warmup_timeout=2.0, health_port=0)
+        # Its own thread and event loop, as in production: kopf's shutdown cancels every task
+        # of its loop that it did not start with, which would include the test's own tasks.
+        stop, ready = threading.Event(), threading.Event()
+        thread = threading.Thread(
+            target=asyncio.run, args=(operate(config, stop_flag=stop, ready_flag=ready),),
+            name="operator", daemon=True)
+        thread.start()
+        assert await asyncio.to_thread(ready.wait, 30), "the operator did not start"
+        try:
+            yield Cluster(kmock, warmup)
+        finally:
+            stop.set()
+            await asyncio.to_thread(thread.join, 30)
+            assert not thread.is_alive(), "the operator did not stop"

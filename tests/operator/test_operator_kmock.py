@@ -1,0 +1,217 @@
+"""The real kopf operator against kmock: children, updates, warmup gates, drift, bad specs.
+
+kmock emulates the Kubernetes API (no controllers, no garbage collection): pods and Deployment
+status are written by the test, as the kubelet and the Deployment controller would.
+"""
+
+import copy
+import datetime
+
+import pytest
+
+from hedgerow.operator import names
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+CHILDREN = [
+    ("v1", "configmaps", "emb-server"),
+    ("v1", "configmaps", "emb-gateway"),
+    ("v1", "services", "emb-server"),
+    ("v1", "services", "emb"),
+    ("apps/v1", "deployments", "emb-server"),
+    ("apps/v1", "deployments", "emb-gateway"),
+    ("policy/v1", "poddisruptionbudgets", "emb-server"),
+    ("policy/v1", "poddisruptionbudgets", "emb-gateway"),
+    ("autoscaling/v2", "horizontalpodautoscalers", "emb-server"),
+]
+
+
+async def _all_children(cluster):
+    found = {}
+    for api_version, plural, name in CHILDREN:
+        obj = await cluster.get(cluster.child_path(api_version, plural, name))
+        if obj is None:
+            return None
+        found[(plural, name)] = obj
+    return found
+
+
+async def _condition(cluster, name, kind):
+    body = await cluster.get(f"{cluster.cr_path}/{name}")
+    for cond in (body or {}).get("status", {}).get("conditions", []):
+        if cond["type"] == kind:
+            return cond
+    return None
+
+
+async def test_create_builds_every_child_with_owner_reference(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+    children = await cluster.eventually(lambda: _all_children(cluster), "every child")
+    for obj in children.values():
+        owner = obj["metadata"]["ownerReferences"][0]
+        assert owner["uid"] == "uid-emb" and owner["kind"] == "EmbeddingService"
+        assert owner["controller"] is True
+        assert obj["metadata"]["labels"][names.LABEL_MANAGED_BY] == "hedgerow-operator"
+
+    server = children[("deployments", "emb-server")]
+    assert "replicas" not in server["spec"], "the HPA owns the server replica count"
+    pod = server["spec"]["template"]["spec"]
+    assert pod["readinessGates"] == [{"conditionType": "hedgerow.dev/graphs-warm"}]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["containers"][0]["readinessProbe"]["grpc"]["port"] == 50051
+    hpa = children[("horizontalpodautoscalers", "emb-server")]
+    assert hpa["spec"]["metrics"][0]["object"]["target"]["averageValue"] == "50000"
+    assert children[("services", "emb-server")]["spec"]["clusterIP"] == "None"
+    assert children[("configmaps", "emb-gateway")]["data"]["HEDGEROW_SERVICE_DNS"] == \
+        "emb-server.ml.svc:50051"
+
+    ready = await cluster.eventually(lambda: _condition(cluster, "emb", "Ready"), "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "NoReadyServers"
+    body = await cluster.get(f"{cluster.cr_path}/emb")
+    assert body["status"]["observedGeneration"] == 1
+    assert body["status"]["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+async def test_spec_change_updates_children(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+    await cluster.eventually(lambda: _all_children(cluster), "every child")
+    spec = copy.deepcopy(cluster.resource("emb")["spec"])
+    spec["server"]["image"] = "registry.example/hedgerow-server:2"
+    spec["server"]["maxBatchTokens"] = 4096
+    spec["autoscaling"] = {"enabled": False}
+    await cluster.patch(f"{cluster.cr_path}/emb",
+                        {"metadata": {"generation": 2}, "spec": spec})
+
+    async def updated():
+        deployment = await cluster.get(cluster.child_path("apps/v1", "deployments", "emb-server"))
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return container["image"].endswith(":2") and deployment["spec"].get("replicas") == 2
+
+    await cluster.eventually(updated, "server Deployment with the new image and replicas")
+    config = await cluster.get(cluster.child_path("v1", "configmaps", "emb-server"))
+    assert config["data"]["HEDGEROW_MAX_BATCH_TOKENS"] == "4096"
+    await cluster.eventually(
+        lambda: _absent(cluster, cluster.child_path(
+            "autoscaling/v2", "horizontalpodautoscalers", "emb-server")),
+        "the HPA removed once autoscaling is off")
+    body = await cluster.eventually(
+        lambda: _generation(cluster, "emb", 2), "observedGeneration 2")
+    assert body["status"]["observedGeneration"] == 2
+
+
+async def _absent(cluster, path):
+    return await cluster.get(path) is None
+
+
+async def _generation(cluster, name, generation):
+    body = await cluster.get(f"{cluster.cr_path}/{name}")
+    return body if body.get("status", {}).get("observedGeneration") == generation else None
+
+
+def _pod(name, started_at):
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "resourceVersion": "1",
+                     "labels": {names.LABEL_NAME: "hedgerow", names.LABEL_INSTANCE: "emb",
+                                names.LABEL_COMPONENT: "server"}},
+        "spec": {"containers": [{"name": "server", "image": "x"}],
+                 "readinessGates": [{"conditionType": names.GATE_CONDITION}]},
+        "status": {"podIP": "127.0.0.1", "containerStatuses": [
+            {"name": "server", "restartCount": 0, "ready": True,
+             "state": {"running": {"startedAt": started_at}}}]},
+    }
+
+
+async def _gate(cluster, pod, status):
+    body = await cluster.get(cluster.child_path("v1", "pods", pod))
+    for cond in body.get("status", {}).get("conditions", []):
+        if cond["type"] == names.GATE_CONDITION and cond["status"] == status:
+            return cond
+    return None
+
+
+async def test_warmup_reports_set_gates_and_graphs_warm(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+    await cluster.eventually(lambda: _all_children(cluster), "every child")
+    # What the Deployment controller and the kubelet would do: two pods and the status.
+    await cluster.patch(cluster.child_path("apps/v1", "deployments", "emb-server"),
+                        {"spec": {"replicas": 2},
+                         "status": {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}})
+    await cluster.patch(cluster.child_path("apps/v1", "deployments", "emb-gateway"),
+                        {"status": {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}})
+    started = "2026-01-01T00:00:00Z"
+    for pod in ("emb-server-a", "emb-server-b"):
+        await cluster.post("/api/v1/namespaces/ml/pods", _pod(pod, started))
+
+    # Still capturing: gates False with the reported progress, GraphsWarm False.
+    cluster.warmup.report = {"loaded": True, "captured": 2, "hot_set": 4, "coverage": 0.5}
+    cold = await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "False"), "gate False")
+    assert cold["reason"] == "Warming"
+    warm = await cluster.eventually(lambda: _condition(cluster, "emb", "GraphsWarm"), "GraphsWarm")
+    assert warm["status"] == "False"
+
+    # Hot set captured: both gates True, GraphsWarm True with counts, Ready True.
+    cluster.warmup.report = {"loaded": True, "captured": 4, "hot_set": 4, "coverage": 1.0}
+    for pod in ("emb-server-a", "emb-server-b"):
+        await cluster.eventually(lambda: _gate(cluster, pod, "True"), f"{pod} gate True")
+
+    async def all_warm():
+        cond = await _condition(cluster, "emb", "GraphsWarm")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = await cluster.eventually(all_warm, "GraphsWarm True")
+    assert cond["reason"] == "AllWarm" and cond["message"] == "2/2 server replicas warm"
+    body = await cluster.get(f"{cluster.cr_path}/emb")
+    assert body["status"]["warmReplicas"] == 2
+    ready = await _condition(cluster, "emb", "Ready")
+    assert ready["status"] == "True"
+
+    # The container restarts and its /warmup is not up yet: the gate resets.
+    cluster.warmup.report = None
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    await cluster.patch(cluster.child_path("v1", "pods", "emb-server-a"), {"status": {
+        "containerStatuses": [{"name": "server", "restartCount": 1, "ready": False, "state": {
+            "running": {"startedAt": later.strftime("%Y-%m-%dT%H:%M:%SZ")}}}]}})
+    reset = await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "False"),
+                                     "gate reset after the restart")
+    assert reset["reason"] == "ContainerRestarted"
+
+
+async def test_deleted_child_is_recreated(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+    await cluster.eventually(lambda: _all_children(cluster), "every child")
+    path = cluster.child_path("v1", "services", "emb-server")
+    await cluster.delete(path)
+    assert await cluster.get(path) is None
+    recreated = await cluster.eventually(lambda: cluster.get(path), "the Service recreated")
+    assert recreated["spec"]["clusterIP"] == "None"
+
+
+async def _events(cluster, reason):
+    listing = await cluster.get("/api/v1/namespaces/ml/events")
+    return [e for e in listing.get("items", []) if e.get("reason") == reason]
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda s: s["autoscaling"].update(minReplicas=6, maxReplicas=3), "InvalidAutoscaling"),
+    (lambda s: s["server"].update(buckets=[128, 64]), "InvalidBucketGrid"),
+    (lambda s: s["model"].update(persistentVolumeClaim={"claimName": "absent"},
+                                 hostPath=None) or s["model"].pop("hostPath"),
+     "ModelVolumeNotFound"),
+])
+async def test_invalid_resource_gets_a_clear_condition_and_no_children(cluster, mutate, reason):
+    body = cluster.resource("bad")
+    mutate(body["spec"])
+    await cluster.post(cluster.cr_path, body)
+
+    async def rejected():
+        cond = await _condition(cluster, "bad", "Ready")
+        return cond if cond and cond["reason"] == reason else None
+
+    cond = await cluster.eventually(rejected, f"Ready=False {reason}")
+    assert cond["status"] == "False" and cond["message"]
+    assert await cluster.eventually(lambda: _events(cluster, reason), f"a {reason} event")
+    for api_version, plural, _ in CHILDREN:
+        listing = await cluster.get(f"{cluster.child_path(api_version, plural, '')}".rstrip("/"))
+        assert not [item for item in listing.get("items", [])
+                    if item["metadata"]["name"].startswith("bad")], plural
