@@ -1,0 +1,207 @@
+"""The scheduling loop's overlap, ordering, cancellation and failure handling.
+
+These tests use a stand-in engine on purpose: what they check is how the loop behaves when
+`step` returns at once and the result arrives later (a GPU), which cannot happen on this
+CPU-only machine. The stand-in's LazyTensor-like handles stay not-ready until the test
+releases them; its rows encode which sequence they belong to, so misrouting would show.
+The real engine behind the real server is covered by test_server_process.py.
+"""
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from hedgerow.errors import NotReadyError, OverloadedError
+from hedgerow.server.loop import DeadlineExceededError, EmbedLoop, EngineStepError
+from hedgerow.server.metrics import ServerMetrics
+from hedgerow.server.scheduler import Scheduler
+
+WIDTH = 4
+
+
+class PendingResult:
+    """Like a LazyTensor on a GPU: not ready until released; synchronize() blocks until then."""
+
+    def __init__(self, rows: torch.Tensor) -> None:
+        self._rows = rows
+        self._done = threading.Event()
+
+    def release(self) -> None:
+        self._done.set()
+
+    def ready(self) -> bool:
+        return self._done.is_set()
+
+    def synchronize(self) -> torch.Tensor:
+        if not self._done.wait(30):
+            raise TimeoutError("test never released this result")
+        return self._rows
+
+
+class DeviceLikeEngine:
+    """Records each step; row i of a batch is [first token of sequence i] * WIDTH."""
+
+    def __init__(self, fail_on_token: int | None = None) -> None:
+        self.batches: list[list[list[int]]] = []
+        self.results: list[PendingResult] = []
+        self.fail_on_token = fail_on_token
+
+    def step(self, batch):
+        cu = batch.cu_seqlens.tolist()
+        seqs = [batch.input_ids[a:b].tolist() for a, b in zip(cu[:-1], cu[1:])]
+        if self.fail_on_token is not None and any(self.fail_on_token in s for s in seqs):
+            raise RuntimeError("device fell over")
+        self.batches.append(seqs)
+        rows = torch.tensor([[float(s[0])] * WIDTH for s in seqs])
+        result = PendingResult(rows)
+        self.results.append(result)
+        return result
+
+    def release_all(self) -> None:
+        for result in self.results:
+            result.release()
+
+    @property
+    def tokens_seen(self) -> set[int]:
+        return {t for batch in self.batches for seq in batch for t in seq}
+
+
+def seq(*tokens: int) -> torch.Tensor:
+    return torch.tensor(tokens, dtype=torch.int32)
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition never held")
+
+
+def make_loop(engine, *, tokens=4, seqs=8, inflight=1000, clock=None) -> EmbedLoop:
+    scheduler = Scheduler(tokens, seqs, inflight)
+    kwargs = {"clock": clock} if clock else {}
+    return EmbedLoop(engine, scheduler, ServerMetrics(), **kwargs)
+
+
+def test_batch_n_plus_1_is_launched_while_batch_n_is_pending():
+    async def main():
+        engine = DeviceLikeEngine()
+        loop = make_loop(engine, tokens=4)
+        loop.start()
+        a = loop.submit([seq(10, 1, 1, 1)], None)
+        await until(lambda: len(engine.batches) == 1)
+        b = loop.submit([seq(20, 2, 2, 2)], None)
+        await until(lambda: len(engine.batches) == 2)      # launched, A still pending
+        c = loop.submit([seq(30, 3, 3, 3)], None)
+        await asyncio.sleep(0.05)
+        assert len(engine.batches) == 2 and not engine.results[0].ready()  # depth 2: C waits
+        engine.results[0].release()
+        rows_a = await loop.result(a)
+        await until(lambda: len(engine.batches) == 3)      # A done: C launched
+        engine.release_all()
+        rows_b, rows_c = await loop.result(b), await loop.result(c)
+        await loop.drain(5)
+        await loop.close()
+        return rows_a, rows_b, rows_c
+
+    rows_a, rows_b, rows_c = asyncio.run(main())
+    assert rows_a.tolist() == [[10.0] * WIDTH]
+    assert rows_b.tolist() == [[20.0] * WIDTH]
+    assert rows_c.tolist() == [[30.0] * WIDTH]
+
+
+def test_a_request_split_over_batches_gets_its_rows_in_its_own_order():
+    async def main():
+        engine = DeviceLikeEngine()
+        loop = make_loop(engine, tokens=3, seqs=2)
+        loop.start()
+        request = loop.submit([seq(1, 0), seq(2), seq(3, 0), seq(4), seq(5, 0, 0)], None)
+        while not request.handle.done():
+            engine.release_all()
+            await asyncio.sleep(0.005)
+        rows = await loop.result(request)
+        await loop.close()
+        return rows, engine.batches
+
+    rows, batches = asyncio.run(main())
+    assert [r[0] for r in rows.tolist()] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert len(batches) >= 3 and all(sum(len(s) for s in b) <= 3 for b in batches)
+
+
+def test_cancelled_and_expired_requests_never_reach_the_engine():
+    now = [0.0]
+
+    async def main():
+        engine = DeviceLikeEngine()
+        loop = make_loop(engine, tokens=4, clock=lambda: now[0])
+        loop.start()
+        first = loop.submit([seq(10, 1, 1, 1)], None)
+        second = loop.submit([seq(20, 2, 2, 2)], None)
+        await until(lambda: len(engine.batches) == 2)      # both in flight, depth reached
+        doomed = loop.submit([seq(66, 6)], deadline=5.0)
+        waiter = asyncio.ensure_future(loop.result(loop.submit([seq(77, 7)], None)))
+        await asyncio.sleep(0.01)
+        waiter.cancel()                                    # the caller goes away
+        kept = loop.submit([seq(30, 3)], None)
+        now[0] = 10.0                                      # doomed's deadline passes
+        engine.release_all()
+        await loop.result(first)
+        await loop.result(second)
+        while not kept.handle.done():
+            engine.release_all()
+            await asyncio.sleep(0.005)
+        rows = await loop.result(kept)
+        with pytest.raises(DeadlineExceededError):
+            await loop.result(doomed)
+        assert await loop.drain(5)
+        await loop.close()
+        return engine.tokens_seen, rows
+
+    tokens_seen, rows = asyncio.run(main())
+    assert 66 not in tokens_seen and 77 not in tokens_seen
+    assert rows.tolist() == [[30.0] * WIDTH]
+
+
+def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving():
+    async def main():
+        engine = DeviceLikeEngine(fail_on_token=99)
+        loop = make_loop(engine, tokens=2)
+        loop.start()
+        bad = loop.submit([seq(99, 9)], None)
+        with pytest.raises(EngineStepError, match="device fell over"):
+            await loop.result(bad)
+        good = loop.submit([seq(5, 5)], None)
+        while not good.handle.done():
+            engine.release_all()
+            await asyncio.sleep(0.005)
+        rows = await loop.result(good)
+        await loop.close()
+        return rows
+
+    assert asyncio.run(main()).tolist() == [[5.0] * WIDTH]
+
+
+def test_admission_and_shutdown_refuse_at_once():
+    async def main():
+        engine = DeviceLikeEngine()
+        loop = make_loop(engine, tokens=4, inflight=6)
+        loop.start()
+        held = loop.submit([seq(1, 1, 1, 1)], None)
+        with pytest.raises(OverloadedError):
+            loop.submit([seq(2, 2, 2)], None)
+        loop.stop_admitting()
+        with pytest.raises(NotReadyError, match="shutting down"):
+            loop.submit([seq(3)], None)
+        drained_early = await loop.drain(0.05)             # held is not answered yet
+        engine.release_all()
+        drained = await loop.drain(5)
+        rows = await loop.result(held)
+        await loop.close()
+        return drained_early, drained, rows
+
+    drained_early, drained, rows = asyncio.run(main())
+    assert drained_early is False and drained is True
+    assert rows.tolist() == [[1.0] * WIDTH]
