@@ -230,7 +230,7 @@ class CudaStepper:
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.stream(self.stream):
-                graph.capture_begin(pool=self.pool_handle)
+                graph.capture_begin(pool=self.pool_handle, capture_error_mode="thread_local")
                 try:
                     output = self._forward(config, static)
                 finally:

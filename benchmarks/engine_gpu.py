@@ -1,0 +1,449 @@
+"""The GPU engine alone against `transformers` eager, random weights of real shapes, bf16.
+
+    python -P benchmarks/engine_gpu.py [--out DIR] [--models DIR] [--attention-sweep]
+                                       [--only bge-m3] [--quick]
+
+Runs on any CUDA machine; the issue's targets are for one H200. In order:
+
+1. `--attention-sweep`: each CUDA attention backend per attention shape (BGE-M3: 16 heads of
+   64, bidirectional; Qwen3-0.6B: 16/8 heads of 128, causal and bidirectional) over
+   (batch, length) cells, each call timed as a CUDA-graph replay; writes the choice table to
+   OUT/attention_table.json and into the installed package, so the engine below uses it.
+2. Per model shape (directories written by benchmarks/models.py, bf16, random weights):
+   - a correctness gate first: our pooled embeddings (bf16, one ragged batch) against
+     `transformers` in float32 on the same weights, one sequence at a time; cosine >= 0.999;
+   - hot-set warmup: capture time and graph memory;
+   - batch-1 latency p50/p99 at 128, 512 and 4096 tokens, from `step()` to the embedding in host
+     memory (`synchronize()`), and the same for `transformers` eager (bf16, sdpa) including
+     `.cpu()`;
+   - 100 x 512 bulk throughput (embeddings/s): the engine fed back to back on token budgets
+     of 8192 and 2048 (graphs) and as one 51,200-token batch (eager), and `transformers` as one
+     [100, 512] batch;
+   - overlap: CUDA events on the engine stream around 50 back-to-back 1 x 512 steps and the
+     8192-budget bulk run give the device's idle time between steps;
+   - sequence-count buckets against exact counts: replay time of the same batch in a graph
+     with B slots and with the next power of two;
+   - a kernel profile of one eager forward (count and top kernels) at 128 and 8192 tokens.
+Writes OUT/engine_gpu.json and prints a table last. Numbers depend on the GPU and its clocks.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models as shapes  # noqa: E402  (benchmarks/models.py)
+
+from hedgerow.engine import attention_cuda  # noqa: E402
+from hedgerow.engine.attention_cuda import AttentionTable, Cell, shape_key  # noqa: E402
+from hedgerow.engine.batch import RaggedBatch  # noqa: E402
+from hedgerow.engine.engine import Engine  # noqa: E402
+from hedgerow.engine.gpu import GpuSettings, stepper_for  # noqa: E402
+
+TARGETS = {  # the issue's targets for the engine alone on one H200
+    "bge-m3": {"p50_128": 0.8, "p50_512": 1.2, "p50_4096": 8.0, "bulk": 1700},
+    "qwen3-0.6b": {"p50_128": 1.2, "p50_512": 2.0, "p50_4096": 14.0, "bulk": 1000},
+}
+ATTENTION_SHAPES = [(16, 16, 64, False), (16, 8, 128, True), (16, 8, 128, False)]
+HOT_SET = ("1x128", "1x512", "1x4096", "16x8192", "4x2048", "1x64", "2x1024")
+
+
+def log(*parts) -> None:
+    print(*parts, flush=True)
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def graph_time_us(fn, reps: int = 20) -> float:
+    """Median microseconds of one call of `fn`, timed as CUDA-graph replays."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    del graph
+    return statistics.median(times)
+
+
+# -- 1. attention sweep -----------------------------------------------------------------------
+
+def attention_sweep(quick: bool) -> AttentionTable:
+    backends = attention_cuda.available_backends()
+    batches = [1, 4, 16, 64] if not quick else [1, 16]
+    lengths = [64, 128, 512, 2048, 4096] if not quick else [128, 512]
+    table: dict[str, list[Cell]] = {}
+    for q_heads, kv_heads, head_dim, causal in ATTENTION_SHAPES:
+        key = shape_key(q_heads, kv_heads, head_dim, causal)
+        cells = []
+        for batch in batches:
+            for length in lengths:
+                if batch * length > 65536:
+                    continue
+                total = batch * length
+                q = torch.randn(total, q_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn_like(k)
+                cu = torch.arange(0, total + 1, length, dtype=torch.int32, device="cuda")
+                times = {}
+                for name, fn in backends.items():
+                    try:
+                        times[name] = round(graph_time_us(
+                            lambda: fn(q, k, v, cu, length, causal)), 2)
+                    except (RuntimeError, torch.OutOfMemoryError) as error:
+                        log(f"  {key} {batch}x{length} {name}: failed ({error})")
+                cells.append(Cell(batch, length, times))
+                log(f"  attention {key:28s} batch {batch:3d} len {length:5d} " +
+                    " ".join(f"{n}={t:.1f}us" for n, t in times.items()))
+        table[key] = cells
+    # What a graph's fixed max_seqlen costs: 16 x 512 with max_seqlen 512 against 8192.
+    q = torch.randn(8192, 16, 64, device="cuda", dtype=torch.bfloat16)
+    cu = torch.arange(0, 8193, 512, dtype=torch.int32, device="cuda")
+    for name, fn in backends.items():
+        if name == "sdpa":
+            continue
+        tight = graph_time_us(lambda: fn(q, q, q, cu, 512, False))
+        loose = graph_time_us(lambda: fn(q, q, q, cu, 8192, False))
+        log(f"  max_seqlen cost, {name} 16 x 512 d64: max_seqlen 512 {tight:.1f} us, "
+            f"8192 {loose:.1f} us")
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "unit": "microseconds per call, median of "
+            "20 CUDA-graph replays", "command": "python -P benchmarks/engine_gpu.py "
+            "--attention-sweep"}
+    return AttentionTable(table, meta)
+
+
+# -- 2. per model -----------------------------------------------------------------------------
+
+def random_sequences(lengths, vocab, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in lengths]
+
+
+def reference_pooled(model, sequences, pooling):
+    """transformers, one sequence at a time (no padding), pooled like ours; float32 [B, H]."""
+    rows = []
+    with torch.inference_mode():
+        for seq in sequences:
+            ids = torch.tensor([seq], device="cuda")
+            hidden = model(input_ids=ids).last_hidden_state[0].float()
+            rows.append({"cls": hidden[0], "last": hidden[-1], "mean": hidden.mean(0)}[pooling])
+    return torch.stack(rows).cpu()
+
+
+def time_engine(engine, batch, iters):
+    for _ in range(5):
+        engine.step(batch).synchronize()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        engine.step(batch).synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return percentile(times, 50), percentile(times, 99)
+
+
+def time_transformers(model, ids, pooling, iters):
+    def once():
+        with torch.inference_mode():
+            hidden = model(input_ids=ids).last_hidden_state
+            pooled = hidden[:, 0] if pooling == "cls" else hidden[:, -1]
+            return pooled.float().cpu()
+    for _ in range(3):
+        once()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        once()
+        times.append((time.perf_counter() - start) * 1e3)
+    return percentile(times, 50), percentile(times, 99)
+
+
+def bulk_engine(engine, sequences, budget_tokens, events=None):
+    """Embeddings/s for all `sequences` fed back to back on a token budget."""
+    per_step = max(1, budget_tokens // len(sequences[0]))
+    batches = [RaggedBatch.from_sequences(sequences[i:i + per_step])
+               for i in range(0, len(sequences), per_step)]
+
+    def run(record):
+        lazies = []
+        for batch in batches:
+            if record is not None:
+                before = torch.cuda.Event(enable_timing=True)
+                before.record(engine._gpu.stream)
+            lazies.append(engine.step(batch))
+            if record is not None:
+                after = torch.cuda.Event(enable_timing=True)
+                after.record(engine._gpu.stream)
+                record.append((before, after))
+        return [lazy.synchronize() for lazy in lazies]
+
+    for _ in range(3):  # warm: eager, capture, replay
+        run(None)
+    times = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run(None)
+        times.append(time.perf_counter() - start)
+    if events is not None:
+        run(events)
+    return len(sequences) / statistics.median(times)
+
+
+def idle_between(pairs):
+    """Device idle (ms) between consecutive steps: (total, max) over the recorded pairs."""
+    gaps = [max(0.0, pairs[i][1].elapsed_time(pairs[i + 1][0])) for i in range(len(pairs) - 1)]
+    busy = sum(b.elapsed_time(a) for b, a in pairs)
+    return sum(gaps), max(gaps) if gaps else 0.0, busy
+
+
+def overlap_small_steps(engine, sequence, count=50):
+    batch = RaggedBatch.from_sequences([sequence])
+    for _ in range(3):
+        engine.step(batch).synchronize()
+    pairs, lazies = [], []
+    torch.cuda.synchronize()
+    for _ in range(count):
+        before = torch.cuda.Event(enable_timing=True)
+        before.record(engine._gpu.stream)
+        lazies.append(engine.step(batch))
+        after = torch.cuda.Event(enable_timing=True)
+        after.record(engine._gpu.stream)
+        pairs.append((before, after))
+    for lazy in lazies:
+        lazy.synchronize()
+    # the first step's start is behind nothing; gaps after it say whether the host kept up
+    return idle_between(pairs)
+
+
+def seq_bucket_cost(engine, vocab):
+    """Replay ms of one batch in a graph with exactly B slots vs the next power of two."""
+    loaded = engine._loaded
+    exact = stepper_for(loaded, GpuSettings(graph_seq_buckets=(), graph_hot_set=()))
+    bucketed = stepper_for(loaded, GpuSettings(graph_hot_set=()))
+    rows = []
+    for total in (512, 4096):
+        for count in (3, 5, 12, 33):
+            per = total // count
+            batch = RaggedBatch.from_sequences(random_sequences([per] * count, vocab, count))
+            result = {"tokens": per * count, "seqs": count}
+            for name, stepper in (("exact", exact), ("bucketed", bucketed)):
+                for _ in range(3):
+                    stepper.step(batch).synchronize()
+                times = []
+                for _ in range(20):
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record(stepper.stream)
+                    stepper.step(batch)
+                    end.record(stepper.stream)
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                result[name + "_ms"] = round(statistics.median(times), 4)
+            rows.append(result)
+            log(f"  seq buckets: {count:2d} seqs {per * count:5d} tokens exact "
+                f"{result['exact_ms']:.3f} ms, bucketed {result['bucketed_ms']:.3f} ms")
+    return rows
+
+
+def kernel_profile(engine, tokens, vocab):
+    """Kernel count and top kernels of one eager forward of `tokens` tokens (1 sequence)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    stepper = stepper_for(engine._loaded, GpuSettings(graphs=False))
+    batch = RaggedBatch.from_sequences(random_sequences([tokens], vocab, 9))
+    for _ in range(3):
+        stepper.step(batch).synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        stepper.step(batch).synchronize()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    by_name: dict[str, list[float]] = {}
+    for event in kernels:
+        spent = getattr(event, "device_time", None)
+        if spent is None:
+            spent = event.cuda_time
+        by_name.setdefault(event.name[:70], []).append(spent)
+    total = sum(sum(v) for v in by_name.values())
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:10]
+    return {"tokens": tokens, "kernels": len(kernels), "device_us": round(total, 1),
+            "top": [{"name": n, "count": len(v), "us": round(sum(v), 1)} for n, v in top]}
+
+
+def bench_model(name, directory, args, results):
+    import transformers
+
+    row = {"model": name}
+    results[name] = row
+    engine = Engine.load(directory, device="cuda", dtype="bfloat16",
+                         gpu_settings=GpuSettings(graph_hot_set=HOT_SET))
+    vocab, pooling = engine.info.vocab_size, engine.info.pooling
+
+    # correctness gate first
+    reference = transformers.AutoModel.from_pretrained(
+        str(directory), dtype=torch.float32, attn_implementation="sdpa").cuda().eval()
+    gate_seqs = random_sequences([128, 37, 512, 5, 300], vocab, 1)
+    ref = reference_pooled(reference, gate_seqs, pooling)
+    cosines = []
+    for _ in range(3):  # the graph cache's three states: eager, capture + replay, replay
+        ours = engine.step(RaggedBatch.from_sequences(gate_seqs)).synchronize()
+        cosines.append(torch.nn.functional.cosine_similarity(ours, ref, dim=-1))
+    cosine = torch.cat(cosines)
+    row["gate_min_cosine"] = round(cosine.min().item(), 6)
+    row["gate_passed"] = bool(cosine.min().item() >= 0.999)
+    log(f"{name}: correctness gate min cosine {row['gate_min_cosine']} "
+        f"({'pass' if row['gate_passed'] else 'FAIL'})")
+    del reference
+    torch.cuda.empty_cache()
+
+    start = time.perf_counter()
+    engine.warmup()
+    row["warmup_s"] = round(time.perf_counter() - start, 2)
+    report = engine.warmup_report()
+    row["warmup_report"] = {k: report[k] for k in ("captured", "hot_set_captured",
+                                                    "graph_memory_bytes", "attention",
+                                                    "capture_seconds_total")}
+    log(f"{name}: warmup {row['warmup_s']} s, {report['captured']} graphs, "
+        f"{report['graph_memory_bytes'] / 2**20:.0f} MiB, attention {report['attention']}")
+
+    hf = transformers.AutoModel.from_pretrained(
+        str(directory), dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+    for length, iters in ((128, 300), (512, 300), (4096, 60)):
+        seq = random_sequences([length], vocab, length)
+        p50, p99 = time_engine(engine, RaggedBatch.from_sequences(seq), iters)
+        hp50, hp99 = time_transformers(hf, torch.tensor(seq, device="cuda"), pooling,
+                                       max(20, iters // 5))
+        row[f"p50_{length}"], row[f"p99_{length}"] = round(p50, 3), round(p99, 3)
+        row[f"hf_p50_{length}"], row[f"hf_p99_{length}"] = round(hp50, 3), round(hp99, 3)
+        log(f"{name}: batch 1 x {length}: engine p50 {p50:.3f} p99 {p99:.3f} ms; "
+            f"transformers p50 {hp50:.3f} p99 {hp99:.3f} ms")
+
+    bulk = random_sequences([512] * 100, vocab, 100)
+    events: list = []
+    row["bulk"] = round(bulk_engine(engine, bulk, 8192, events), 1)
+    idle, worst, busy = idle_between(events)
+    row["bulk_idle_ms"], row["bulk_max_gap_ms"] = round(idle, 4), round(worst, 4)
+    row["bulk_busy_ms"] = round(busy, 3)
+    row["bulk_2048"] = round(bulk_engine(engine, bulk, 2048), 1)
+    row["bulk_one_batch"] = round(bulk_engine(engine, bulk, 51200), 1)
+    with torch.inference_mode():
+        ids = torch.tensor(bulk, device="cuda")
+        for _ in range(2):
+            hf(input_ids=ids).last_hidden_state[:, 0].float().cpu()
+        times = []
+        for _ in range(3):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            hf(input_ids=ids).last_hidden_state[:, 0].float().cpu()
+            times.append(time.perf_counter() - start)
+    row["hf_bulk"] = round(100 / statistics.median(times), 1)
+    log(f"{name}: 100 x 512: engine {row['bulk']} emb/s (8192-token steps; idle between "
+        f"steps {idle:.3f} ms of {busy:.1f} ms busy, max gap {worst:.3f} ms), "
+        f"{row['bulk_2048']} (2048-token steps), {row['bulk_one_batch']} (one batch, eager); "
+        f"transformers {row['hf_bulk']}")
+    del hf
+    torch.cuda.empty_cache()
+
+    idle, worst, busy = overlap_small_steps(engine, random_sequences([512], vocab, 5)[0])
+    row["overlap_1x512"] = {"idle_ms": round(idle, 4), "max_gap_ms": round(worst, 4),
+                            "busy_ms": round(busy, 3), "steps": 50}
+    log(f"{name}: 50 back-to-back 1 x 512 steps: device idle {idle:.4f} ms between steps "
+        f"(max gap {worst:.4f} ms) over {busy:.2f} ms busy")
+
+    if not args.quick:
+        row["seq_buckets"] = seq_bucket_cost(engine, vocab)
+        row["profile"] = [kernel_profile(engine, t, vocab) for t in (128, 8192)]
+        for prof in row["profile"]:
+            log(f"{name}: eager forward at {prof['tokens']} tokens: {prof['kernels']} kernels, "
+                f"{prof['device_us']} us device")
+            for k in prof["top"]:
+                log(f"    {k['us']:9.1f} us {k['count']:4d}x {k['name']}")
+    row["engine_report"] = {k: v for k, v in engine.warmup_report().items()
+                            if k not in ("attention",)}
+    del engine
+    torch.cuda.empty_cache()
+
+
+def print_table(results):
+    log("")
+    log(f"{'model':11s} {'metric':26s} {'hedgerow':>18s} {'transformers':>18s} "
+        f"{'target':>8s} met")
+    for name, row in results.items():
+        if "p50_128" not in row:
+            continue
+        targets = TARGETS[name]
+        log(f"{name:11s} {'gate min cosine':26s} {row['gate_min_cosine']:>18} {'fp32 ref':>18s} "
+            f"{'0.999':>8s} {'yes' if row['gate_passed'] else 'NO'}")
+        for length in (128, 512, 4096):
+            ours = f"{row[f'p50_{length}']:.3f} / {row[f'p99_{length}']:.3f}"
+            theirs = f"{row[f'hf_p50_{length}']:.3f} / {row[f'hf_p99_{length}']:.3f}"
+            target = targets[f"p50_{length}"]
+            met = "yes" if row[f"p50_{length}"] <= target else "no"
+            log(f"{name:11s} {f'1x{length} p50/p99 ms':26s} {ours:>18s} {theirs:>18s} "
+                f"{target:>8} {met}")
+        met = "yes" if row["bulk"] >= targets["bulk"] else "no"
+        log(f"{name:11s} {'100x512 emb/s (8192 steps)':26s} {row['bulk']:>18} "
+            f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
+        log(f"{name:11s} {'100x512 emb/s (2048 steps)':26s} {row['bulk_2048']:>18}")
+        log(f"{name:11s} {'100x512 emb/s (one batch)':26s} {row['bulk_one_batch']:>18}")
+        o = row["overlap_1x512"]
+        log(f"{name:11s} {'idle between 50 1x512 ms':26s} {o['idle_ms']:>18} "
+            f"{'of ' + str(o['busy_ms']) + ' busy':>18s}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmark-out"))
+    parser.add_argument("--models", type=Path, default=Path("/tmp/hedgerow-bench-models"))
+    parser.add_argument("--attention-sweep", action="store_true")
+    parser.add_argument("--only", choices=shapes.SHAPES, action="append")
+    parser.add_argument("--quick", action="store_true", help="fewer cells, no profile")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        log("needs a CUDA device")
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    import inspect
+    from torch.nn.attention import varlen
+    env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "varlen_attn": str(inspect.signature(varlen.varlen_attn)),
+           "backends": list(attention_cuda.available_backends()),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    log(json.dumps(env))
+    results: dict = {"env": env}
+    if args.attention_sweep:
+        table = attention_sweep(args.quick)
+        table.save(args.out / "attention_table.json")
+        table.save(attention_cuda.TABLE_PATH)  # the installed package's table
+        results["attention_table"] = str(args.out / "attention_table.json")
+    for name in args.only or shapes.SHAPES:
+        directory = args.models / name
+        if not (directory / "config.json").is_file():
+            start = time.perf_counter()
+            shapes.write_model(name, directory)
+            log(f"wrote {directory} in {time.perf_counter() - start:.1f} s")
+        bench_model(name, directory, args, results)
+        (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
+    print_table({k: v for k, v in results.items() if k in shapes.SHAPES})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

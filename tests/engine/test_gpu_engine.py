@@ -1,0 +1,162 @@
+"""The CUDA step path end to end on small random-weight checkpoints (bf16). Needs CUDA.
+
+- replay equals eager in every cache state (cold: eager, warm: capture + replay, captured:
+  replay), and both equal the unbucketed eager path;
+- tail padding and empty sequence slots change nothing: a sequence's embedding is the same
+  alone, in a bucket with a long padded tail, and in a batch with others (ragged equals
+  per-sequence);
+- past the grid runs eagerly; warmup captures the hot set; the LazyTensor protocol holds.
+
+Checkpoints: an XLM-R encoder (MHA, head dim 64, CLS pooling) and Qwen3 (GQA 4/2 heads of
+128, causal and bidirectional, last-token and mean pooling), written with `transformers`.
+"""
+
+import json
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+import transformers  # noqa: E402
+
+from hedgerow.engine.batch import RaggedBatch  # noqa: E402
+from hedgerow.engine.engine import Engine  # noqa: E402
+from hedgerow.engine.gpu import GpuSettings  # noqa: E402
+from hedgerow.engine.graphs import Config, State  # noqa: E402
+
+VOCAB = 301
+TOL = dict(rtol=2e-2, atol=2e-2)
+
+
+def _write(directory, kind):
+    torch.manual_seed(0)
+    if kind == "xlmr":
+        config = transformers.XLMRobertaConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=256, max_position_embeddings=1100, type_vocab_size=1,
+            initializer_range=0.1)
+        model = transformers.XLMRobertaModel(config, add_pooling_layer=False)
+        pooling = {"pooling_mode_cls_token": True}
+    else:
+        config = transformers.Qwen3Config(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=128, intermediate_size=256,
+            max_position_embeddings=2048, initializer_range=0.1,
+            use_bidirectional_attention=(kind == "qwen3-bidirectional"))
+        model = transformers.Qwen3Model(config)
+        pooling = {"pooling_mode_mean_tokens": True} if kind == "qwen3-bidirectional" else {
+            "pooling_mode_lasttoken": True}
+    model.to(torch.bfloat16).save_pretrained(str(directory))
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return directory
+
+
+KINDS = ["xlmr", "qwen3-causal", "qwen3-bidirectional"]
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def model_dir(request, tmp_path_factory):
+    return _write(tmp_path_factory.mktemp(request.param), request.param)
+
+
+def _engine(model_dir, **settings):
+    defaults = dict(graph_hot_set=(), graph_max_tokens=1024, graph_max_seqs=8,
+                    graph_seq_buckets=("1", "2", "4", "8"))
+    defaults.update(settings)
+    return Engine.load(model_dir, device="cuda", dtype="bfloat16",
+                       gpu_settings=GpuSettings(**defaults))
+
+
+def _sequences(lengths, seed):
+    generator = torch.Generator().manual_seed(seed)
+    # ids from 3 up: XLM-R's reference numbering skips its padding id (1)
+    return [torch.randint(3, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+
+
+def _embed(engine, sequences):
+    lazy = engine.step(RaggedBatch.from_sequences(sequences))
+    return lazy.synchronize().clone()
+
+
+def test_replay_equals_eager_in_every_state(model_dir):
+    engine = _engine(model_dir)
+    plain = _engine(model_dir, graphs=False)
+    sequences = _sequences([37, 5, 80], seed=1)     # 122 tokens: bucket 4 x 128
+    config = Config(4, 128)
+    expected = _embed(plain, sequences)
+    cache = engine._gpu.cache
+    results = {}
+    for state in (State.COLD, State.WARM, State.CAPTURED):
+        assert cache.state(config) is state
+        results[state] = _embed(engine, sequences)
+    assert cache.state(config) is State.CAPTURED
+    report = engine.warmup_report()
+    assert report["captured"] == 1 and report["replays"] == 2 and report["eager_runs"] == 1
+    assert report["graph_memory_bytes"] > 0
+    for state, got in results.items():
+        assert got.shape == (3, 128) and got.dtype == torch.float32, state
+        torch.testing.assert_close(got, expected, **TOL)
+    # the graph replays new data, not the captured batch
+    other = _sequences([60, 3, 50], seed=2)
+    torch.testing.assert_close(_embed(engine, other), _embed(plain, other), **TOL)
+
+
+def test_tail_padding_and_neighbours_change_nothing(model_dir):
+    engine = _engine(model_dir)
+    plain = _engine(model_dir, graphs=False)
+    target = _sequences([45], seed=3)[0]
+    others = _sequences([19, 64, 1, 200], seed=4)
+    alone = _embed(plain, [target])[0]
+    batches = [
+        [target],                    # 1 x 64: 19 tail padding tokens
+        [target] + others[:1],       # 2 x 64: exactly full, empty padding slot
+        others[:2] + [target],       # 4 x 192: an empty slot and a padded tail
+        others + [target],           # 8 x 384
+    ]
+    for batch in batches:
+        position = batch.index(target)
+        for _ in range(3):           # eager, capture + replay, replay
+            got = _embed(engine, batch)
+            torch.testing.assert_close(got[position], alone, **TOL)
+    # ragged equals per-sequence, for every member of the largest batch
+    batch = others + [target]
+    got = _embed(engine, batch)
+    for i, seq in enumerate(batch):
+        torch.testing.assert_close(got[i], _embed(plain, [seq])[0], **TOL)
+
+
+def test_past_the_grid_runs_eagerly(model_dir):
+    engine = _engine(model_dir, graph_max_tokens=128)
+    sequences = _sequences([100, 90], seed=5)       # 190 tokens > 128
+    plain = _engine(model_dir, graphs=False)
+    for _ in range(2):
+        torch.testing.assert_close(_embed(engine, sequences), _embed(plain, sequences), **TOL)
+    report = engine.warmup_report()
+    assert report["eager_past_grid"] == 2 and report["captured"] == 0
+
+
+def test_warmup_captures_the_hot_set_and_lazy_tensor_protocol(model_dir):
+    engine = _engine(model_dir, graph_hot_set=("1x64", "2x128", "8x1024"))
+    assert engine.warmup_report()["coverage"] == 0.0
+    engine.warmup()
+    report = engine.warmup_report()
+    assert report["loaded"] and report["hot_set_captured"] == 3 and report["coverage"] == 1.0
+    assert set(report["attention"].values()) <= {"varlen", "flash_attn", "sdpa"}
+    lazy = engine.step(RaggedBatch.from_sequences(_sequences([50], seed=6)))
+    value = lazy.synchronize()
+    assert lazy.ready() and value.is_pinned() and value.shape == (1, 128)
+    assert engine.warmup_report()["replays"] == 1
+
+
+@pytest.mark.parametrize("backend", ["varlen", "sdpa"])
+def test_each_backend_through_the_engine(model_dir, backend):
+    engine = _engine(model_dir, attention_backend=backend)
+    plain = _engine(model_dir, graphs=False, attention_backend="sdpa")
+    sequences = _sequences([30, 70, 2], seed=7)
+    expected = _embed(plain, sequences)
+    for _ in range(3):
+        torch.testing.assert_close(_embed(engine, sequences), expected, **TOL)
