@@ -1,0 +1,178 @@
+"""Pure build_* functions: every rendered manifest validates against the real Kubernetes
+schemas (kubernetes-validate, strict) across several specs, and carries what the design asks."""
+
+import copy
+
+import kubernetes_validate
+import pytest
+
+from hedgerow.operator import names
+from hedgerow.operator.build_common import config_hash
+from hedgerow.operator.build_server import build_server_config
+from hedgerow.operator.manifests import build_all, unwanted
+from hedgerow.operator.spec import parse
+
+K8S_VERSIONS = ("1.30.0", "1.33.0")
+
+BASE = {
+    "apiVersion": "hedgerow.dev/v1alpha1", "kind": "EmbeddingService",
+    "metadata": {"name": "emb", "namespace": "ml", "uid": "1234", "generation": 1},
+    "spec": {
+        "model": {"path": "/models/bge-m3", "huggingFaceId": "BAAI/bge-m3",
+                  "persistentVolumeClaim": {"claimName": "models", "subPath": "hf"}},
+        "server": {"image": "s:1"},
+        "gateway": {"image": "g:1"},
+    },
+}
+
+SPECS = {
+    "defaults": lambda s: None,
+    "autoscaled": lambda s: s.update(autoscaling={"enabled": True, "minReplicas": 2,
+                                                  "maxReplicas": 6,
+                                                  "targetTokensPerSecond": 250000}),
+    "cpu-baked-no-gate": lambda s: (
+        s["model"].pop("persistentVolumeClaim"),
+        s["server"].update(gpus=0, dtype="float32", drainSeconds=0),
+        s.update(warmup={"readinessGate": False})),
+    "full": lambda s: (
+        s["model"].pop("persistentVolumeClaim"),
+        s["model"].update(hostPath={"path": "/srv/models"}, servedName="bge"),
+        s["server"].update(
+            gpus=2, gpuResource="amd.com/gpu", cpu="8", memory="64Gi", replicas=3,
+            buckets=[64, 128, 256, 512, 1024, 2048], hotSet=[{"sequences": 4, "tokens": 512}],
+            nodeSelector={"gpu": "h200"}, priorityClassName="inference",
+            tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                         {"key": "team", "operator": "Equal", "value": "ml"}]),
+        s["gateway"].update(replicas=4, serviceType="LoadBalancer", truncate=True,
+                            templates={"query": "query: ", "document": "passage: "},
+                            apiKeySecret={"name": "keys"})),
+}
+
+
+def _service(name):
+    body = copy.deepcopy(BASE)
+    SPECS[name](body["spec"])
+    return parse(body)
+
+
+def _by_kind(manifests):
+    return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_every_manifest_validates(spec, version):
+    for manifest in build_all(_service(spec)):
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_children_carry_labels_and_owner_reference(spec):
+    for manifest in build_all(_service(spec)):
+        meta = manifest["metadata"]
+        assert meta["namespace"] == "ml"
+        assert meta["ownerReferences"] == [{
+            "apiVersion": "hedgerow.dev/v1alpha1", "kind": "EmbeddingService", "name": "emb",
+            "uid": "1234", "controller": True, "blockOwnerDeletion": True}]
+        labels = meta["labels"]
+        assert labels[names.LABEL_NAME] == "hedgerow" and labels[names.LABEL_INSTANCE] == "emb"
+        assert labels[names.LABEL_COMPONENT] in ("server", "gateway")
+        assert labels[names.LABEL_MANAGED_BY] == "hedgerow-operator"
+
+
+def test_server_deployment_defaults():
+    children = _by_kind(build_all(_service("defaults")))
+    deployment = children[("Deployment", "emb-server")]
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["readinessGates"] == [{"conditionType": "hedgerow.dev/graphs-warm"}]
+    assert container["command"] == ["hedgerow"] and container["args"] == ["server"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["readinessProbe"]["grpc"] == {"port": 50051}
+    assert container["startupProbe"]["grpc"] == {"port": 50051}
+    assert container["startupProbe"]["failureThreshold"] * \
+        container["startupProbe"]["periodSeconds"] >= 900
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
+    assert pod["terminationGracePeriodSeconds"] == 5 + 30 + 10
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "model")
+    assert mount == {"name": "model", "mountPath": "/models", "readOnly": True, "subPath": "hf"}
+    config = children[("ConfigMap", "emb-server")]["data"]
+    assert config["HEDGEROW_MODEL"] == "/models/bge-m3"
+    assert config["HEDGEROW_DEVICE"] == "cuda" and config["HEDGEROW_DTYPE"] == "bfloat16"
+    assert config["HEDGEROW_PORT"] == "50051" and config["HEDGEROW_HTTP_PORT"] == "9090"
+    assert ("HorizontalPodAutoscaler", "emb-server") not in children
+    assert [c.kind for c in unwanted(_service("defaults"))] == ["HorizontalPodAutoscaler"]
+
+
+def test_autoscaled_server_leaves_replicas_to_the_hpa():
+    children = _by_kind(build_all(_service("autoscaled")))
+    assert "replicas" not in children[("Deployment", "emb-server")]["spec"]
+    hpa = children[("HorizontalPodAutoscaler", "emb-server")]["spec"]
+    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "name": "emb-server"}
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 6)
+    metric = hpa["metrics"][0]
+    # The total token rate on the Service, averaged by the HPA over the *desired* count:
+    # warming replicas that report no tokens cannot pull the decision down.
+    assert metric["type"] == "Object"
+    assert metric["object"]["describedObject"] == {"apiVersion": "v1", "kind": "Service",
+                                                   "name": "emb-server"}
+    assert metric["object"]["metric"]["name"] == "hedgerow_tokens_per_second"
+    assert metric["object"]["target"] == {"type": "AverageValue", "averageValue": "250000"}
+    assert unwanted(_service("autoscaled")) == []
+
+
+def test_cpu_spec_without_gate_or_volume():
+    children = _by_kind(build_all(_service("cpu-baked-no-gate")))
+    pod = children[("Deployment", "emb-server")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "readinessGates" not in pod
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert "lifecycle" not in container
+    assert not any(v["name"] == "model" for v in pod["volumes"])
+    assert children[("ConfigMap", "emb-server")]["data"]["HEDGEROW_DEVICE"] == "cpu"
+
+
+def test_full_spec_reaches_pods_and_config():
+    children = _by_kind(build_all(_service("full")))
+    server_pod = children[("Deployment", "emb-server")]["spec"]["template"]["spec"]
+    assert server_pod["nodeSelector"] == {"gpu": "h200"}
+    assert server_pod["tolerations"][0] == {"key": "gpu", "operator": "Exists",
+                                            "effect": "NoSchedule"}
+    assert server_pod["priorityClassName"] == "inference"
+    assert server_pod["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "2"
+    model = next(v for v in server_pod["volumes"] if v["name"] == "model")
+    assert model["hostPath"] == {"path": "/srv/models", "type": "Directory"}
+    server_env = children[("ConfigMap", "emb-server")]["data"]
+    assert server_env["HEDGEROW_BUCKETS"] == "64,128,256,512,1024,2048"
+    assert server_env["HEDGEROW_HOT_SET"] == "4x512"
+    gateway_env = children[("ConfigMap", "emb-gateway")]["data"]
+    assert gateway_env["HEDGEROW_SERVICE_DNS"] == "emb-server.ml.svc:50051"
+    assert gateway_env["HEDGEROW_SERVED_MODEL_NAME"] == "bge"
+    assert gateway_env["HEDGEROW_QUERY_TEMPLATE"] == "query: "
+    assert gateway_env["HEDGEROW_API_KEYS_FILE"] == "/etc/hedgerow/api-keys/api-keys"
+    assert gateway_env["HEDGEROW_TRUNCATE"] == "true"
+    gateway = children[("Deployment", "emb-gateway")]["spec"]
+    assert gateway["replicas"] == 4
+    gateway_pod = gateway["template"]["spec"]
+    assert {"name": "api-keys", "secret": {"secretName": "keys", "defaultMode": 0o440}} in \
+        gateway_pod["volumes"]
+    assert children[("Service", "emb")]["spec"]["type"] == "LoadBalancer"
+    assert children[("PodDisruptionBudget", "emb-server")]["spec"]["maxUnavailable"] == 1
+
+
+def test_settings_change_rolls_pods_through_the_config_hash():
+    before = build_server_config(_service("defaults"))
+    body = copy.deepcopy(BASE)
+    body["spec"]["server"]["maxBatchTokens"] = 8192
+    after = build_server_config(parse(body))
+    assert config_hash(before) != config_hash(after)
+    assert config_hash(before) == config_hash(build_server_config(_service("defaults")))
+
+
+def test_builders_are_deterministic():
+    assert build_all(_service("full")) == build_all(_service("full"))

@@ -1,0 +1,77 @@
+"""The operator's own spec checks: defaults applied, schema enforced, CEL rules in Python."""
+
+import copy
+
+import pytest
+
+from hedgerow.operator.spec import SpecError, parse
+
+GOOD = {
+    "apiVersion": "hedgerow.dev/v1alpha1", "kind": "EmbeddingService",
+    "metadata": {"name": "emb", "namespace": "ml", "uid": "u", "generation": 3},
+    "spec": {
+        "model": {"path": "/models/m", "persistentVolumeClaim": {"claimName": "models"}},
+        "server": {"image": "s:1"},
+        "gateway": {"image": "g:1"},
+    },
+}
+
+
+def _with(mutate):
+    body = copy.deepcopy(GOOD)
+    mutate(body)
+    return body
+
+
+def test_defaults_are_applied():
+    service = parse(GOOD)
+    assert service.generation == 3 and service.namespace == "ml"
+    assert service.spec["server"]["maxBatchTokens"] == 16384
+    assert service.spec["server"]["gpus"] == 1
+    assert service.spec["autoscaling"]["enabled"] is False
+    assert service.spec["warmup"]["readinessGate"] is True
+    assert service.spec["model"]["mountPath"] == "/models"
+    assert service.model_label == "/models/m"
+
+
+@pytest.mark.parametrize("mutate, reason, fragment", [
+    (lambda b: b["spec"]["server"].update(replicas=-1), "InvalidSpec",
+     "spec.server.replicas: -1 is less than the minimum of 0"),
+    (lambda b: b["spec"].update(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
+     "InvalidAutoscaling", "minReplicas must not exceed"),
+    (lambda b: b["spec"]["gateway"].update(colour="blue"), "InvalidSpec", "colour"),
+    (lambda b: b["spec"]["server"].update(buckets=[64, 100]), "InvalidBucketGrid",
+     "multiples of 64"),
+    (lambda b: b["spec"]["server"].update(buckets=[128, 64]), "InvalidBucketGrid",
+     "strictly increasing"),
+    (lambda b: b["spec"]["server"].update(buckets=[1088]), "InvalidBucketGrid",
+     "of 256 above"),
+    (lambda b: b["spec"]["model"].pop("path"), "InvalidSpec", "'path' is a required property"),
+    (lambda b: b["spec"]["model"].update(path="models/m"), "InvalidSpec", "spec.model.path"),
+    (lambda b: b["spec"]["model"].update(path="/elsewhere/m"), "InvalidModelPath",
+     "under model.mountPath"),
+    (lambda b: b["spec"]["model"].update(hostPath={"path": "/srv"}), "InvalidModelSource",
+     "at most one"),
+    (lambda b: b["spec"]["server"].update(
+        buckets=[64, 128], hotSet=[{"sequences": 1, "tokens": 256}]), "InvalidHotSet",
+     "bucket grid"),
+    (lambda b: b["spec"]["server"].update(hotSet=[{"sequences": 128, "tokens": 64}]),
+     "InvalidHotSet", "more sequences than tokens"),
+    (lambda b: b["spec"]["gateway"].update(chunkTokens=20000), "InvalidChunking",
+     "chunkTokens"),
+    (lambda b: b["metadata"].update(name="x" * 41), "NameTooLong", "at most 40"),
+    (lambda b: b["metadata"].update(name="9lives"), "InvalidName", "start with a letter"),
+    (lambda b: b.update(spec="nope"), "InvalidSpec", "spec must be an object"),
+])
+def test_bad_specs_name_the_problem(mutate, reason, fragment):
+    with pytest.raises(SpecError) as caught:
+        parse(_with(mutate))
+    assert caught.value.reason == reason
+    assert fragment in caught.value.message
+
+
+def test_hot_set_on_the_grid_is_accepted():
+    body = _with(lambda b: b["spec"]["server"].update(
+        buckets=[64, 128, 256, 512, 1024, 1280, 2048],
+        hotSet=[{"sequences": 1, "tokens": 64}, {"sequences": 8, "tokens": 1280}]))
+    assert parse(body).spec["server"]["hotSet"][1]["tokens"] == 1280

@@ -1,0 +1,118 @@
+"""Warmup decisions for a pod's readiness gate, and the resource's conditions."""
+
+import pytest
+
+from hedgerow.operator import status, warmup
+from hedgerow.operator.warmup import WarmupUnavailable, parse_report
+
+
+def test_parse_report_and_warmth():
+    report = parse_report(b'{"loaded": true, "captured": 3, "hot_set": 4, "coverage": 0.75}')
+    assert not report.warm and "3/4" in report.describe()
+    assert parse_report(b'{"loaded": true, "captured": 4, "hot_set": 4, "coverage": 1.0}').warm
+    assert parse_report(b'{"loaded": true, "captured": 0, "hot_set": 0, "coverage": 0}').warm
+    assert not parse_report(b'{"loaded": false, "hot_set": 0}').warm
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    (b"<html>", "not JSON"),
+    (b"[1]", "not a JSON object"),
+    (b'{"captured": 1}', "lacks the field 'loaded'"),
+    (b'{"loaded": "yes"}', "not a boolean"),
+    (b'{"loaded": true, "captured": "many"}', "malformed count"),
+])
+def test_malformed_reports_are_rejected(raw, fragment):
+    with pytest.raises(WarmupUnavailable, match=fragment):
+        parse_report(raw)
+
+
+def _pod(running=True, started="2026-01-01T00:00:00Z", gate=None):
+    body = {"metadata": {"name": "p"}, "status": {"podIP": "10.0.0.1", "containerStatuses": [
+        {"name": "server", "state": {"running": {"startedAt": started}} if running
+         else {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    if gate:
+        body["status"]["conditions"] = [{"type": "hedgerow.dev/graphs-warm", **gate}]
+    return warmup.server_pod(body)
+
+
+WARM = parse_report(b'{"loaded": true, "captured": 2, "hot_set": 2, "coverage": 1.0}')
+COLD = parse_report(b'{"loaded": true, "captured": 1, "hot_set": 2, "coverage": 0.5}')
+TRUE_GATE = {"status": "True", "reason": "GraphsCaptured",
+             "lastTransitionTime": "2026-01-01T00:05:00Z"}
+
+
+def test_decisions():
+    assert warmup.decide(_pod(), WARM, None).status == "True"
+    assert warmup.decide(_pod(), COLD, None).reason == warmup.WARMING
+    assert warmup.decide(_pod(running=False), WARM, None).reason == warmup.NOT_RUNNING
+    assert warmup.decide(_pod(), None, "refused").reason == warmup.UNREACHABLE
+    # Warm and briefly unreachable: keep the gate (gRPC readiness guards a broken server).
+    assert warmup.decide(_pod(gate=TRUE_GATE), None, "timeout").status == "True"
+
+
+def test_gate_resets_when_the_container_restarted_after_it_turned_true():
+    restarted = _pod(started="2026-01-01T01:00:00Z", gate=TRUE_GATE)
+    assert warmup.restarted_since_warm(restarted)
+    decision = warmup.decide(restarted, None, "connection refused")
+    assert (decision.status, decision.reason) == ("False", warmup.RESTARTED)
+    assert not warmup.restarted_since_warm(_pod(gate=TRUE_GATE))
+
+
+def test_gate_patch_only_on_change_and_transition_time_kept():
+    pod = _pod(gate=TRUE_GATE)
+    same = warmup.decide(pod, WARM, None)
+    assert not warmup.needs_patch(pod, same)
+    assert warmup.gate_condition(pod, same, "2026-02-01T00:00:00Z")["lastTransitionTime"] == \
+        TRUE_GATE["lastTransitionTime"]
+    flipped = warmup.decide(pod, COLD, None)
+    assert warmup.needs_patch(pod, flipped)
+    assert warmup.gate_condition(pod, flipped, "2026-02-01T00:00:00Z")["lastTransitionTime"] == \
+        "2026-02-01T00:00:00Z"
+
+
+def _seen(**counts):
+    base = dict(desired_servers=3, servers=3, ready_servers=3, updated_servers=3,
+                warm_servers=3, desired_gateways=2, ready_gateways=2)
+    return status.Observed(**{**base, **counts})
+
+
+def _by_type(conditions):
+    return {c["type"]: c for c in conditions}
+
+
+def test_conditions_for_a_converged_service():
+    conds = _by_type(status.healthy_conditions(_seen(), generation=7))
+    assert conds["Ready"]["status"] == "True" and conds["Ready"]["observedGeneration"] == 7
+    assert conds["Progressing"]["status"] == "False"
+    assert conds["GraphsWarm"]["status"] == "True"
+    assert conds["GraphsWarm"]["message"] == "3/3 server replicas warm"
+
+
+def test_conditions_while_warming_and_rolling():
+    conds = _by_type(status.healthy_conditions(_seen(warm_servers=1, ready_servers=1), 1))
+    assert conds["Ready"]["status"] == "True"
+    assert conds["Progressing"]["reason"] == status.WARMING
+    assert conds["GraphsWarm"]["message"] == "1/3 server replicas warm"
+    conds = _by_type(status.healthy_conditions(_seen(updated_servers=1, ready_servers=0), 1))
+    assert conds["Ready"]["reason"] == status.NO_READY_SERVERS
+    assert conds["Progressing"]["reason"] == status.ROLLING_OUT
+    conds = _by_type(status.healthy_conditions(_seen(desired_servers=0, servers=0,
+                                                     ready_servers=0, updated_servers=0,
+                                                     warm_servers=0), 1))
+    assert conds["GraphsWarm"]["reason"] == status.NO_SERVERS
+
+
+def test_merge_keeps_transition_time_and_lists_transitions():
+    old = status.merge(None, status.healthy_conditions(_seen(warm_servers=1), 1), "T1")
+    new_conditions = status.healthy_conditions(_seen(), 1)
+    merged = _by_type(status.merge(old, new_conditions, "T2"))
+    assert merged["Ready"]["lastTransitionTime"] == "T1"
+    assert merged["GraphsWarm"]["lastTransitionTime"] == "T2"
+    changed = {c["type"] for c in status.transitions(old, new_conditions)}
+    assert changed == {"GraphsWarm", "Progressing"}
+
+
+def test_invalid_conditions():
+    conds = _by_type(status.invalid_conditions("InvalidAutoscaling", "min > max", 4))
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "InvalidAutoscaling"
+    assert conds["GraphsWarm"]["status"] == "Unknown"
