@@ -1,0 +1,153 @@
+"""Benchmark the gRPC server on CPU with the default model; prints a table.
+
+    .venv/bin/python -P benchmarks/server_cpu.py [--tokens 16] [--seconds 5] [--requests 200]
+    .venv/bin/python -P benchmarks/server_cpu.py --address 127.0.0.1:50051   # a running server
+
+Starts `hedgerow server` (packaged all-MiniLM-L6-v2, CPU) on free loopback ports unless
+`--address` is given, then measures over real gRPC:
+  1. sequential batch-1 latency: one client, one sequence of `--tokens` tokens per request,
+     `--requests` requests after a warm-up; p50 and p99;
+  2. throughput with 1, 4 and 16 concurrent clients, each sending batch-1 requests back to
+     back for `--seconds`; requests/s, tokens/s, p50 and p99.
+The client runs on the same machine as the server and takes CPU from it: on a small machine
+the numbers are a floor, and noisy when other work shares the cores.
+"""
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from hedgerow.wire import embed_pb2, embed_pb2_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
+    ids = [101] + [1000 + (salt + i) % 20000 for i in range(tokens - 2)] + [102]
+    return embed_pb2.EmbedRequest(
+        input_ids=np.asarray(ids, dtype="<i4").tobytes(),
+        cu_seqlens=np.asarray([0, tokens], dtype="<i4").tobytes(),
+    )
+
+
+def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
+    port, http_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "hedgerow", "server", "--host", "127.0.0.1",
+         "--port", str(port), "--http-port", str(http_port), "--log-level", "warning", *extra],
+        env=env,
+    )
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited with {proc.returncode}")
+            try:
+                status = health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+            except grpc.RpcError:
+                status = None
+            if status == health_pb2.HealthCheckResponse.SERVING:
+                return proc, address
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not become SERVING in 180 s")
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    ms = np.asarray(latencies) * 1e3
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+async def sequential(stub, tokens: int, count: int) -> list[float]:
+    latencies = []
+    for i in range(count):
+        request = request_for(tokens, i)
+        start = time.perf_counter()
+        await stub.Embed(request)
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+async def concurrent(stub, tokens: int, clients: int, seconds: float
+                     ) -> tuple[list[float], float]:
+    end = time.perf_counter() + seconds
+    latencies: list[float] = []
+
+    async def client(c: int) -> None:
+        i = 0
+        while time.perf_counter() < end:
+            request = request_for(tokens, c * 7919 + i)
+            start = time.perf_counter()
+            await stub.Embed(request)
+            latencies.append(time.perf_counter() - start)
+            i += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return latencies, time.perf_counter() - start
+
+
+async def run(address: str, tokens: int, count: int, seconds: float) -> list[tuple]:
+    rows = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = embed_pb2_grpc.EmbedderStub(channel)
+        await sequential(stub, tokens, 20)  # warm-up
+        latencies = await sequential(stub, tokens, count)
+        p50, p99 = percentiles(latencies)
+        total = sum(latencies)
+        rows.append(("sequential", 1, len(latencies), len(latencies) / total,
+                     len(latencies) * tokens / total, p50, p99))
+        for clients in (1, 4, 16):
+            latencies, elapsed = await concurrent(stub, tokens, clients, seconds)
+            p50, p99 = percentiles(latencies)
+            rows.append(("concurrent", clients, len(latencies), len(latencies) / elapsed,
+                         len(latencies) * tokens / elapsed, p50, p99))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--address", help="benchmark a running server instead of starting one")
+    parser.add_argument("--tokens", type=int, default=16, help="tokens per request (>= 2)")
+    parser.add_argument("--requests", type=int, default=200, help="sequential requests")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per concurrency")
+    parser.add_argument("server_flags", nargs="*", help="extra `hedgerow server` flags after --")
+    args = parser.parse_args()
+    if args.tokens < 2:
+        parser.error("--tokens must be at least 2")
+    proc = None
+    address = args.address
+    if address is None:
+        proc, address = start_server(args.server_flags)
+    try:
+        rows = asyncio.run(run(address, args.tokens, args.requests, args.seconds))
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    print(f"server {address}, default model on CPU, batch 1, {args.tokens} tokens per request")
+    print(f"{'mode':<11} {'clients':>7} {'requests':>9} {'req/s':>8} {'tokens/s':>9} "
+          f"{'p50 ms':>8} {'p99 ms':>8}")
+    for mode, clients, n, rps, tps, p50, p99 in rows:
+        print(f"{mode:<11} {clients:>7} {n:>9} {rps:>8.1f} {tps:>9.0f} {p50:>8.2f} {p99:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
