@@ -6,9 +6,12 @@ they are installed. Uvicorn stops it cleanly on SIGINT/SIGTERM.
 """
 
 import argparse
+import contextlib
 import importlib.util
 import logging
+import signal
 import socket
+from typing import Iterator
 
 import uvicorn
 
@@ -57,6 +60,24 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class Server(uvicorn.Server):
+    """Uvicorn's server, except that a stop by SIGINT or SIGTERM is a clean exit (status 0).
+
+    Uvicorn re-raises the captured signal after its graceful shutdown, which makes the process
+    die by that signal; a supervisor (`hedgerow serve`, Kubernetes) should see a clean exit.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     config = settings.load(GatewaySettings, args)
     logs.configure(config.log_level)
@@ -65,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         for k, v in settings.describe(config).items()}))
     app = build_app(config)
     sock = listen(config.host, config.port)
-    server = uvicorn.Server(uvicorn.Config(
+    server = Server(uvicorn.Config(
         app,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         http="httptools" if importlib.util.find_spec("httptools") else "h11",

@@ -128,3 +128,132 @@ def gateway_factory(standins):
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+
+
+# --- Real processes, for test_integration.py -------------------------------------------------
+
+START_TIMEOUT_S = 180.0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_env() -> dict[str, str]:
+    """Like the root `subprocess_env` fixture, usable from module-scoped fixtures."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+class Child:
+    """A `hedgerow ...` child process with its log in a file."""
+
+    def __init__(self, log_path, *args: str) -> None:
+        import subprocess
+
+        from tests.conftest import hedgerow_command
+
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(hedgerow_command(*args), env=child_env(), stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until(self, ready, what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"
+                                     f"{self.log_text()}")
+            if ready():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{what} not ready after {START_TIMEOUT_S}s:\n{self.log_text()}")
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class RealServer(Child):
+    """`hedgerow server` on loopback free ports, the packaged model on CPU."""
+
+    def __init__(self, log_path, *flags: str) -> None:
+        self.port, self.http_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        super().__init__(log_path, "server", "--host", "127.0.0.1", "--port", str(self.port),
+                         "--http-port", str(self.http_port), *flags)
+
+    def serving(self) -> bool:
+        with grpc.insecure_channel(self.address) as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+            except grpc.RpcError:
+                return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled sample on the server's /metrics."""
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+
+class RealGateway(Child):
+    """`hedgerow gateway` on a loopback free port in front of `servers`."""
+
+    def __init__(self, log_path, servers, *flags: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(log_path, "gateway", "--servers", ",".join(servers), "--port",
+                         str(self.port), "--health-interval", "0.2", *flags)
+
+    def ready_replicas(self) -> int:
+        import httpx
+
+        try:
+            answer = httpx.get(self.url + "/readyz", timeout=2.0)
+        except httpx.HTTPError:
+            return 0
+        return len(answer.json()["ready_replicas"]) if answer.status_code == 200 else 0
+
+
+def start_stack(tmp_dir, servers: int, *gateway_flags: str):
+    """`servers` real servers and a gateway over them, all ready."""
+    procs = [RealServer(tmp_dir / f"server{i}.log") for i in range(servers)]
+    for proc in procs:
+        proc.wait_until(proc.serving, "server")
+    gateway = RealGateway(tmp_dir / "gateway.log", [p.address for p in procs], *gateway_flags)
+    gateway.wait_until(lambda: gateway.ready_replicas() == servers, "gateway")
+    return procs, gateway

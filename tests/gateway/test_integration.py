@@ -1,0 +1,216 @@
+"""The gateway with REAL processes on loopback: `hedgerow gateway` in front of two
+`hedgerow server` processes serving the packaged all-MiniLM-L6-v2 on CPU, and `hedgerow serve`.
+"""
+
+import base64
+import signal
+import subprocess
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+from openai import OpenAI
+
+from tests.conftest import hedgerow_command
+
+pytestmark = pytest.mark.slow
+
+MODEL = "all-MiniLM-L6-v2"
+conftest = pytest.importorskip("tests.gateway.conftest")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    servers, gateway = conftest.start_stack(tmp_path_factory.mktemp("stack"), 2,
+                                            "--chunk-tokens", "256")
+    yield servers, gateway
+    assert gateway.stop() == 0, gateway.log_text()
+    for server in servers:
+        assert server.stop() == 0, server.log_text()
+
+
+@pytest.fixture(scope="module")
+def reference(default_model_dir):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(default_model_dir), device="cpu")
+    return lambda texts: model.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+
+
+def cosines(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def embed(url, texts, **extra):
+    answer = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": texts, **extra},
+                        timeout=120)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+TEXTS = ["Roses are red", "The quick brown fox jumps over the lazy dog",
+         "Hedgerows shelter birds, insects and small mammals between fields. " * 8,
+         "é ü 中文 emoji 🌱", "a"]
+
+
+def test_embeddings_match_sentence_transformers(stack, reference):
+    _, gateway = stack
+    body = embed(gateway.url, TEXTS)
+    assert body["object"] == "list" and body["model"] == MODEL
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > len(TEXTS)
+    got = np.array([item["embedding"] for item in body["data"]])
+    assert got.shape == (len(TEXTS), 384)
+    assert cosines(got, reference(TEXTS)).min() >= 0.999
+
+
+def test_300_texts_are_chunked_over_both_servers_and_come_back_in_order(stack, reference):
+    servers, gateway = stack
+    before = [server.metric("hedgerow_tokens_total") for server in servers]
+    texts = [f"item {i}: " + " ".join(["meadow", "hawthorn", "blackthorn", "hazel"][: i % 4 + 1])
+             * (1 + i % 5) for i in range(300)]
+    body = embed(gateway.url, texts)
+    assert [item["index"] for item in body["data"]] == list(range(300))
+    got = np.array([item["embedding"] for item in body["data"]])
+    assert cosines(got, reference(texts)).min() >= 0.999  # row i is text i's embedding
+    gained = [server.metric("hedgerow_tokens_total") - b for server, b in zip(servers, before)]
+    assert all(tokens > 0 for tokens in gained), gained
+    assert sum(gained) == body["usage"]["prompt_tokens"]
+    chunks = httpx.get(gateway.url + "/metrics").text
+    assert chunks.count('hedgerow_chunks_total{') >= 2  # OK chunks counted per replica
+
+
+def test_the_openai_client_works_in_float_and_base64(stack, reference):
+    _, gateway = stack
+    client = OpenAI(base_url=gateway.url + "/v1", api_key="not-needed")
+    expected = reference(TEXTS[:2])
+    as_floats = client.embeddings.create(model=MODEL, input=TEXTS[:2], encoding_format="float")
+    got = np.array([item.embedding for item in as_floats.data])
+    assert cosines(got, expected).min() >= 0.999
+    # asked for base64 explicitly, the client hands the string through, as with OpenAI's API
+    as_base64 = client.embeddings.create(model=MODEL, input=TEXTS[:2], encoding_format="base64")
+    got = np.array([np.frombuffer(base64.b64decode(item.embedding), "<f4")
+                    for item in as_base64.data])
+    assert cosines(got, expected).min() >= 0.999
+    # left unset, the client asks for base64 and decodes it itself
+    default = client.embeddings.create(model=MODEL, input="Roses are red")
+    assert cosines([default.data[0].embedding], expected[:1])[0] >= 0.999
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    short = client.embeddings.create(model=MODEL, input="Roses are red", dimensions=64)
+    assert len(short.data[0].embedding) == 64
+
+
+def test_base64_is_little_endian_float32(stack):
+    _, gateway = stack
+    as_floats = embed(gateway.url, ["one text"])["data"][0]["embedding"]
+    encoded = embed(gateway.url, ["one text"], encoding_format="base64")["data"][0]["embedding"]
+    assert np.frombuffer(base64.b64decode(encoded), "<f4").tolist() == pytest.approx(as_floats)
+
+
+BAD = [
+    (b"{oops", 400, None),
+    (b'{"model": "all-MiniLM-L6-v2", "input": "caf\xe9"}', 400, None),
+    ({"model": MODEL, "input": []}, 400, "input"),
+    ({"model": MODEL, "input": ""}, 400, "input"),
+    ({"model": MODEL, "input": 12.5}, 400, "input"),
+    ({"model": "text-embedding-3-small", "input": "x"}, 404, "model"),
+    ({"model": MODEL, "input": "x", "dimensions": 0}, 400, "dimensions"),
+    ({"model": MODEL, "input": "x", "dimensions": 385}, 400, "dimensions"),
+    ({"model": MODEL, "input": "x", "encoding_format": "int8"}, 400, "encoding_format"),
+    ({"model": MODEL, "input": ["x"] * 3000}, 400, "input"),
+    ({"model": MODEL, "input": "hedge " * 300}, 400, "input"),  # over the model's 256 tokens
+    ({"model": MODEL, "input": [101, 99999, 102]}, 400, "input"),
+]
+
+
+@pytest.mark.parametrize("body, status, param", BAD)
+def test_bad_input_gets_its_status_and_shape_from_the_real_stack(stack, body, status, param):
+    _, gateway = stack
+    if isinstance(body, bytes):
+        answer = httpx.post(gateway.url + "/v1/embeddings", content=body)
+    else:
+        answer = httpx.post(gateway.url + "/v1/embeddings", json=body)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param
+
+
+def test_oversized_body_is_413(stack):
+    _, gateway = stack
+    answer = httpx.post(gateway.url + "/v1/embeddings", content=b"x" * (16 * 1024 * 1024 + 1))
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "body_too_large"
+
+
+def test_killing_a_server_under_load_loses_no_request(tmp_path):
+    servers, gateway = conftest.start_stack(tmp_path, 2, "--chunk-tokens", "128")
+    texts = [f"request text number {i} about hedges and fields" for i in range(40)]
+    results, failures = [], []
+    done_before_kill = threading.Event()
+    stop = threading.Event()
+
+    def load():
+        with httpx.Client(timeout=120) as client:
+            while not stop.is_set():
+                answer = client.post(gateway.url + "/v1/embeddings",
+                                     json={"model": MODEL, "input": texts})
+                if answer.status_code != 200:
+                    failures.append(answer.text)
+                    continue
+                results.append([item["index"] for item in answer.json()["data"]])
+                if len(results) >= 4:
+                    done_before_kill.set()
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        assert done_before_kill.wait(120), failures
+        servers[0].kill()  # SIGKILL, mid-load: its in-flight chunks must be retried
+        finished = len(results)
+        deadline = time.monotonic() + 120
+        while len(results) < finished + 8 and time.monotonic() < deadline and not failures:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+        gateway_status = gateway.stop()
+        servers[1].stop()
+    assert not failures, failures[:3]
+    assert len(results) >= finished + 8
+    assert all(indices == list(range(40)) for indices in results)
+    assert gateway_status == 0
+
+
+def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path, subprocess_env):
+    port = conftest.free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)), env=subprocess_env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + conftest.START_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        body = embed(url, ["served by hedgerow serve"])
+        assert len(body["data"][0]["embedding"]) == 384
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text = (tmp_path / "serve.log").read_text()
+    assert "hedgerow serve: ready" in text and "hedgerow serve: stopped" in text
+    assert "stopping the gateway" in text and "stopping the server" in text
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/healthz", timeout=1)
