@@ -57,8 +57,7 @@ class _Launched:
     """A batch handed to the engine, and where its result stands."""
 
     batch: Batch
-    launched_at: float
-    step: asyncio.Future            # -> LazyTensor, from the step thread
+    step: asyncio.Future            # -> (start time, LazyTensor), from the step thread
     sync: asyncio.Future | None = None  # -> tensor, from the sync thread (not-ready results)
     rows: torch.Tensor | None = None
 
@@ -203,9 +202,9 @@ class EmbedLoop:
                 if entry.index == 0:
                     self._metrics.queue_seconds.observe(now - entry.request.arrival)
             ragged = ragged_from_batch(batch)
-            step = running.run_in_executor(self._step_thread, self._engine.step, ragged)
+            step = running.run_in_executor(self._step_thread, self._timed_step, ragged)
             step.add_done_callback(self._on_done)
-            self._launched.append(_Launched(batch, now, step))
+            self._launched.append(_Launched(batch, step))
             self.steps += 1
             self.shapes.add((batch.num_seqs, batch.num_tokens))
             self._metrics.tokens.inc(batch.num_tokens)
@@ -229,7 +228,7 @@ class EmbedLoop:
                 if head.rows is None:
                     return
             self._launched.popleft()
-            self._metrics.step_seconds.observe(self._clock() - head.launched_at)
+            self._metrics.step_seconds.observe(time.monotonic() - head.step.result()[0])
             for request in self._scheduler.complete(head.batch, head.rows):
                 self._finish(request, result=torch.stack(request.rows))
         self._update_gauges()
@@ -238,13 +237,17 @@ class EmbedLoop:
         """The batch's rows if they are on the host now; else arrange a wake-up, None."""
         if head.sync is not None:
             return head.sync.result() if head.sync.done() else None
-        lazy = head.step.result()
+        _, lazy = head.step.result()
         if lazy.ready():
             return lazy.synchronize()
         head.sync = asyncio.get_running_loop().run_in_executor(
             self._sync_thread, lazy.synchronize)
         head.sync.add_done_callback(self._on_done)
         return None
+
+    def _timed_step(self, ragged: RaggedBatch) -> tuple[float, Any]:
+        """Runs on the step thread: (when the engine took the batch, its LazyTensor)."""
+        return time.monotonic(), self._engine.step(ragged)
 
     def _fail(self, head: _Launched, error: BaseException) -> None:
         log.error("%s", fields(event="engine.step_failed", sequences=head.batch.num_seqs,
