@@ -28,6 +28,10 @@ def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
+        if config.namespaces:
+            # Watching named namespaces needs no cluster-wide reads (namespaces, CRDs), so
+            # the chart's per-namespace Roles are all the operator holds.
+            settings.scanning.disabled = True
         ctx.probes = aiohttp.ClientSession()
 
     @kopf.on.login(registry=registry)

@@ -1,0 +1,88 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "hedgerow.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the operator's resources: <release>-<chart> unless overridden. */}}
+{{- define "hedgerow.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the operator pod. */}}
+{{- define "hedgerow.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hedgerow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels on every object the chart renders. */}}
+{{- define "hedgerow.labels" -}}
+{{ include "hedgerow.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hedgerow.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hedgerow.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "hedgerow.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+What the operator does inside a namespace it manages, and nothing more (see
+operator/kube.py and handlers.py; tests/operator/test_rbac.py checks every request the operator
+makes against these rules, and that every rule is used):
+- EmbeddingServices: kopf lists and watches them and patches their annotations and status;
+- children: server-side apply (patch), create where apply-create is unavailable, get for the
+  Deployments whose status is read, delete only for an HPA that autoscaling no longer wants;
+- pods: list server pods, patch pods/status for the readiness gate;
+- PVCs: get, to report a missing model volume; events: create.
+*/}}
+{{- define "hedgerow.namespacedRules" -}}
+- apiGroups: [hedgerow.dev]
+  resources: [embeddingservices]
+  verbs: [list, watch, patch]
+- apiGroups: [hedgerow.dev]
+  resources: [embeddingservices/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [create, patch]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [create, patch]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [create, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

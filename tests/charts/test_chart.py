@@ -1,0 +1,161 @@
+"""The Helm chart: `helm lint --strict` and `helm template` pass with the defaults and every
+ci/*-values.yaml, and everything rendered validates offline (kubernetes-validate for built-in
+kinds and the CRD, the CRD's own schema for EmbeddingServices). helm comes from `make setup`
+(tools/install_k8s_binaries.py puts it in .venv/bin)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from hedgerow.operator import crd
+from hedgerow.operator.schema import strict_json_schema
+from hedgerow.operator.spec import parse
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "hedgerow"
+HELM = Path(sys.executable).parent / "helm"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+K8S_VERSION = "1.33.0"
+# Kinds whose schema is not available offline (prometheus-operator's CRD): checked by hand.
+NO_OFFLINE_SCHEMA = {"ServiceMonitor"}
+
+pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm not installed: run make setup")
+
+
+def helm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(*values: Path, extra: tuple[str, ...] = ()) -> list[dict]:
+    args = ["template", "hedgerow", str(CHART), "--namespace", "hedgerow-system",
+            "--include-crds"]
+    for path in values:
+        args += ["-f", str(path)]
+    result = helm(*args, *extra)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+VALUE_SETS = [pytest.param((), id="defaults")] + [
+    pytest.param((path,), id=path.name) for path in CI_VALUES]
+
+
+def test_ci_values_exist():
+    assert {p.name for p in CI_VALUES} >= {"default-values.yaml", "namespaced-values.yaml",
+                                            "autoscaling-values.yaml"}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_helm_lint_strict(values):
+    args = ["lint", "--strict", str(CHART)]
+    for path in values:
+        args += ["-f", str(path)]
+    result = helm(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_rendered_manifests_validate(values):
+    docs = render(*values)
+    kinds = {doc["kind"] for doc in docs}
+    assert {"CustomResourceDefinition", "Deployment", "ServiceAccount"} <= kinds
+    strict_cr = jsonschema.Draft202012Validator(strict_json_schema(crd.open_api_schema()))
+    for doc in docs:
+        if doc["kind"] == crd.KIND:
+            strict_cr.validate(doc)
+            parse({**doc, "metadata": {**doc["metadata"], "uid": "x"}})
+        elif doc["kind"] in NO_OFFLINE_SCHEMA:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert doc["spec"]["endpoints"][0]["port"] == "metrics"
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_crd_in_the_chart_is_the_generated_one():
+    docs = [d for d in render() if d["kind"] == "CustomResourceDefinition"]
+    assert docs == [crd.build_crd()]
+
+
+def test_defaults_are_cluster_wide_with_least_privilege():
+    docs = render()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+                            "ClusterRoleBinding", "Deployment"]), "optional parts off by default"
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert not {"secrets", "nodes"} & set(rule["resources"])
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["hedgerow"] and container["args"] == ["operator"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["HEDGEROW_NAMESPACES"] == ""
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_namespaced_values_give_roles_per_namespace():
+    docs = render(CHART / "ci" / "namespaced-values.yaml")
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "search"]
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    env = {e["name"]: e["value"]
+           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HEDGEROW_NAMESPACES"] == "ml,search"
+
+
+def test_adapter_rule_exposes_the_metric_the_hpa_reads():
+    docs = render(CHART / "ci" / "autoscaling-values.yaml")
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    rule = yaml.safe_load(config["data"]["config.yaml"])["rules"][0]
+    assert rule["name"]["as"] == crd.AUTOSCALING["properties"]["metricName"]["default"]
+    assert rule["resources"]["overrides"]["service"] == {"resource": "service"}
+    assert "hedgerow_tokens_total" in rule["seriesQuery"]
+    assert rule["metricsQuery"].startswith("sum(rate(")
+
+
+def test_values_schema_rejects_unknown_and_bad_values():
+    bad = helm("template", "x", str(CHART), "--set", "operator.colour=blue")
+    assert bad.returncode != 0 and "colour" in bad.stderr
+    bad = helm("template", "x", str(CHART), "--set", "operator.logLevel=loud")
+    assert bad.returncode != 0 and "logLevel" in bad.stderr
+
+
+def test_every_values_key_is_commented():
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    uncommented = []
+    for index, line in enumerate(lines):
+        if re.match(r"^\s*[A-Za-z][\w.-]*:", line):
+            above = lines[index - 1].strip() if index else ""
+            if not above.startswith("#"):
+                uncommented.append(line.strip())
+    assert not uncommented, uncommented
+
+
+def test_values_schema_is_strict_everywhere():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(node, path):
+        if node.get("type") == "object" and "properties" in node:
+            assert node.get("additionalProperties") is False, path
+            for name, child in node["properties"].items():
+                walk(child, f"{path}.{name}")
+
+    walk(schema, "values")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.Draft7Validator(schema).validate(values)
+
+
+def test_notes_render():
+    result = helm("install", "hedgerow", str(CHART), "--dry-run=client", "--namespace", "ops",
+                  "-f", str(CHART / "ci" / "autoscaling-values.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "kubectl get embsvc" in result.stdout
+    assert "hedgerow-adapter-rules" in result.stdout
