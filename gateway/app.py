@@ -9,6 +9,7 @@ translated in `http_errors.py`.
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -40,6 +41,8 @@ from hedgerow.logs import fields
 log = logging.getLogger("hedgerow.gateway")
 
 TIMEOUT_HEADER = "x-request-timeout"
+# Responses with more floats than this are JSON-encoded off the event loop.
+INLINE_ENCODE_VALUES = 64 * 1024
 
 
 async def read_json(request: Request, limit: int) -> object:
@@ -131,9 +134,13 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             await read_json(request, settings.max_body_bytes))
         result = await service.embed(body.input, model=body.model, dimensions=body.dimensions,
                                      input_type=body.input_type, deadline=until)
-        content = embeddings_body(result.embeddings, model=service.card.name,
-                                  prompt_tokens=result.prompt_tokens,
-                                  encoding_format=body.encoding_format or "float")
+        encode = functools.partial(
+            embeddings_body, result.embeddings, model=service.card.name,
+            prompt_tokens=result.prompt_tokens, encoding_format=body.encoding_format or "float")
+        if result.embeddings.size <= INLINE_ENCODE_VALUES:
+            content = encode()
+        else:  # a large response is encoded in a thread so the event loop keeps serving
+            content = await asyncio.get_running_loop().run_in_executor(None, encode)
         return Response(content, media_type="application/json")
 
     @app.post("/tokenize", dependencies=[Depends(authorized)])

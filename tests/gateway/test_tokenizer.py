@@ -53,7 +53,7 @@ def test_over_length_is_rejected_naming_the_limit_or_truncated(tokenizer):
     assert cut.sequence(1).tolist()[-1] == 102  # [SEP] survives truncation
 
 
-def test_tokenization_runs_off_the_event_loop(tokenizer):
+def test_large_tokenization_runs_off_the_event_loop(tokenizer):
     seen = []
     original = tokenizer.encode_sync
 
@@ -63,10 +63,12 @@ def test_tokenization_runs_off_the_event_loop(tokenizer):
 
     tokenizer.encode_sync = spy
     try:
-        encode(tokenizer, ["x"])
+        encode(tokenizer, ["tiny"])
+        encode(tokenizer, ["a longer text " * 60] * 4)
     finally:
         del tokenizer.encode_sync
-    assert seen and seen[0].startswith("tokenize")
+    assert seen[0] == threading.main_thread().name  # tiny: inline, a thread hop costs more
+    assert seen[1].startswith("tokenize")
 
 
 def test_templates_come_from_the_model_then_the_server_then_flags(default_model_dir, tmp_path):
