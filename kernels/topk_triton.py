@@ -72,7 +72,7 @@ def _topk_kernel(
     scores_ptr, valid_ptr, forced_ptr, scratch_ptr, out_index_ptr, out_value_ptr,
     cols, k, stride_s, stride_f, has_valid, has_forced,
     METHOD: tl.constexpr, BLOCK: tl.constexpr, KPAD: tl.constexpr,
-    LANES: tl.constexpr, CAP: tl.constexpr,
+    LANES: tl.constexpr, CAP: tl.constexpr, FALLBACK_BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     n = cols
@@ -109,7 +109,7 @@ def _topk_kernel(
             best = tl.topk(candidates, KPAD)
         else:
             best = _bitonic_top(scores_ptr, forced_ptr, row, n, stride_s, stride_f, has_forced,
-                                BLOCK, KPAD)
+                                FALLBACK_BLOCK, KPAD)
     else:
         best = _bitonic_top(scores_ptr, forced_ptr, row, n, stride_s, stride_f, has_forced,
                             BLOCK, KPAD)
@@ -128,7 +128,11 @@ def _topk_kernel(
 
 @dataclass(frozen=True)
 class Config:
-    """One launch configuration: method, chunk width, padded k, lanes, scratch slots, warps."""
+    """One launch configuration: method, chunk width, padded k, lanes, scratch slots, warps.
+
+    fallback_block is the chunk the threshold method's exact fallback streams in (at most 1024:
+    a bitonic top-k over a wider chunk costs more to compile than it saves).
+    """
 
     method: str
     block: int
@@ -136,6 +140,7 @@ class Config:
     lanes: int
     cap: int
     num_warps: int
+    fallback_block: int
 
 
 def _pow2_at_least(x: int) -> int:
@@ -146,17 +151,23 @@ def choose_config(cols: int, k: int, method: str = "threshold", max_block: int =
                   num_warps: int | None = None) -> Config:
     """The launch configuration for rows of `cols` columns and a given k (1 <= k <= MAX_K).
 
-    BLOCK is the row width rounded up to a power of two, capped at `max_block` (longer rows
-    stream in chunks); KPAD is k rounded up to 16, 32 or 64; LANES = CAP = 4 * KPAD.
+    KPAD is k rounded up to 16, 32 or 64; LANES = CAP = 4 * KPAD. BLOCK, the chunk a row
+    streams in, comes from few buckets so few variants compile: LANES for rows that short, 256,
+    then `max_block` (a power of two, at least 256).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"the kernel handles 1 <= k <= {MAX_K}, got {k}")
+    if max_block < 256 or max_block & (max_block - 1):
+        raise ValueError(f"max_block must be a power of two >= 256, got {max_block}")
     kpad = max(16, _pow2_at_least(k))
     lanes = 4 * kpad
-    block = max(min(_pow2_at_least(cols), max_block), lanes)
+    block = lanes if cols <= lanes else 256 if cols <= 256 else max_block
+    block = max(block, lanes)
     if num_warps is None:
         num_warps = 1 if block <= 256 else 4 if block <= 2048 else 8
-    return Config(method, block, kpad, lanes, lanes, num_warps)
+    return Config(method, block, kpad, lanes, lanes, num_warps, min(block, 1024))
 
 
 def topk_triton(
@@ -185,9 +196,9 @@ def topk_triton(
     )
     # Absent arguments get a placeholder of the same pointer type; has_valid/has_forced = 0 keep
     # the kernel from reading them, and one compiled variant serves both cases.
-    valid = index if valid_lengths is None else valid_lengths
+    valid = index if valid_lengths is None else valid_lengths.to(torch.int64)
     if forced is None:
-        forced_arg, stride_f = torch.zeros(1, dtype=torch.uint8, device=scores.device), 0
+        forced_arg, stride_f = torch.empty(1, dtype=torch.uint8, device=scores.device), 0
     else:
         forced_arg, stride_f = forced.view(torch.uint8), forced.stride(0)
     _topk_kernel[(rows,)](
@@ -195,7 +206,8 @@ def topk_triton(
         cols, k, scores.stride(0), stride_f,
         int(valid_lengths is not None), int(forced is not None),
         METHOD=METHODS.index(config.method), BLOCK=config.block, KPAD=config.kpad,
-        LANES=config.lanes, CAP=config.cap, num_warps=config.num_warps,
+        LANES=config.lanes, CAP=config.cap, FALLBACK_BLOCK=config.fallback_block,
+        num_warps=config.num_warps,
     )
     return index, values
 

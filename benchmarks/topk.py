@@ -1,0 +1,89 @@
+"""Benchmark: the Triton top-k (each launch configuration) against torch.topk on CUDA.
+
+Run on a CUDA machine: `python -P benchmarks/topk.py [--rows 1,16,...] [--cols 672,...]`.
+Each variant is captured in a CUDA graph of REPEAT back-to-back calls, so Python launch overhead
+is not measured (serving replays graphs); the time is the median over replays, divided by
+REPEAT, from CUDA events. Scores are float32 normal samples, k = 16. torch.topk is not
+tie-exact in Hedgerow's order; it is the speed to beat, not a correctness peer.
+"""
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+from hedgerow.kernels.topk import topk
+from hedgerow.kernels.topk_triton import choose_config, topk_triton
+
+REPEAT = 10
+REPLAYS = 15
+VARIANTS = {
+    # name -> (method, max_block, num_warps)
+    "thr1024": ("threshold", 1024, None),
+    "thr1024w1": ("threshold", 1024, 1),
+    "thr4096": ("threshold", 4096, None),
+    "bit1024": ("bitonic", 1024, None),
+}
+
+
+def time_graph(fn) -> float:
+    """Median microseconds per call of fn, replayed from a CUDA graph."""
+    fn()  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPEAT):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPLAYS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / REPEAT)
+    del graph
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,4,16,64,256,1024,4096")
+    parser.add_argument("--cols", default="672,1344,2048,4096,8192")
+    parser.add_argument("--k", type=int, default=16)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/topk.py needs CUDA", file=sys.stderr)
+        return 2
+    rows_list = [int(x) for x in args.rows.split(",")]
+    cols_list = [int(x) for x in args.cols.split(",")]
+    k = args.k
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, k={k}, float32, "
+          f"microseconds per call (median of {REPLAYS} graph replays of {REPEAT} calls)")
+    names = ["torch.topk", "topk()", *VARIANTS]
+    print("| rows | cols | " + " | ".join(names) + " | best kernel | torch.topk / best |")
+    print("|" + "---|" * (len(names) + 4))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for cols in cols_list:
+        for rows in rows_list:
+            scores = torch.randn(rows, cols, device="cuda", generator=g)
+            results = {
+                "torch.topk": time_graph(lambda: torch.topk(scores, k, dim=1)),
+                "topk()": time_graph(lambda: topk(scores, k)),
+            }
+            for name, (method, max_block, warps) in VARIANTS.items():
+                config = choose_config(cols, k, method, max_block, warps)
+                results[name] = time_graph(lambda c=config: topk_triton(scores, k, config=c))
+            best = min(VARIANTS, key=results.get)
+            ratio = results["torch.topk"] / results[best]
+            flag = " (torch.topk faster)" if ratio < 1 else ""
+            cells = " | ".join(f"{results[n]:.1f}" for n in names)
+            print(f"| {rows} | {cols} | {cells} | {best} | {ratio:.2f}x{flag} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
