@@ -65,7 +65,8 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
 class StandIn:
     """A gRPC server on loopback speaking the Embedder proto with trivial math."""
 
-    def __init__(self) -> None:
+    def __init__(self, health_servicer=None) -> None:
+        """`health_servicer` replaces the standard grpc.health.v1 servicer when given."""
         self.lock = threading.Lock()
         self.calls = 0
         self.tokens = 0
@@ -74,15 +75,17 @@ class StandIn:
         self.delay = 0.0
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         embed_pb2_grpc.add_EmbedderServicer_to_server(StandInEmbedder(self), self.server)
-        self.health = health.HealthServicer()
+        self.health = health_servicer or health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
-        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        if health_servicer is None:
+            self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.server.start()
 
     def stop(self) -> None:
-        self.health.enter_graceful_shutdown()
+        if isinstance(self.health, health.HealthServicer):
+            self.health.enter_graceful_shutdown()
         self.server.stop(grace=None)
 
 

@@ -124,3 +124,72 @@ def test_dimensions_and_base64_reach_the_response(standins, gateway_factory):
     rows = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in answer.json()["data"]]
     assert [row.shape for row in rows] == [(8,), (8,)]
     assert rows[0][0] == 3  # [CLS] one [SEP]
+
+
+def test_replicas_can_come_from_dns(standins, gateway_factory):
+    # localhost resolves to 127.0.0.1 (and maybe ::1, where nothing listens: it stays unready)
+    client = gateway_factory(servers=(), service_dns=f"localhost:{standins[0].port}", ready=1,
+                             dns_interval=0.1)
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "via dns"})
+    assert answer.status_code == 200, answer.text
+    assert f"127.0.0.1:{standins[0].port}" in client.get("/readyz").json()["ready_replicas"]
+
+
+def test_dns_changes_add_and_remove_replicas():
+    import asyncio
+
+    from hedgerow.gateway.replicas import ReplicaSet
+
+    async def scenario():
+        replicas = ReplicaSet(servers=(), service_dns="localhost:1", on_info=lambda r, i: None)
+        replicas._update({"10.0.0.1:50051", "10.0.0.2:50051"})
+        first = set(replicas.replicas)
+        replicas._update({"10.0.0.2:50051", "10.0.0.3:50051"})
+        second = set(replicas.replicas)
+        await replicas.close()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first == {"10.0.0.1:50051", "10.0.0.2:50051"}
+    assert second == {"10.0.0.2:50051", "10.0.0.3:50051"}
+
+
+def test_server_templates_apply_to_input_type(standins, gateway_factory):
+    client = gateway_factory()  # the stand-in's Info carries {"query": "query: "}
+    plain = client.post("/tokenize", json={"input": "query: hedges"}).json()
+    templated = client.post("/tokenize", json={"input": "hedges", "input_type": "query"}).json()
+    assert templated["data"][0]["tokens"] == plain["data"][0]["tokens"]
+    document = client.post("/tokenize", json={"input": "hedges", "input_type": "document"}).json()
+    assert document["data"][0]["count"] < templated["data"][0]["count"]  # no document template
+    flagged = gateway_factory(query_template="search: ")
+    answer = flagged.post("/tokenize", json={"input": "hedges", "input_type": "query"}).json()
+    assert answer["data"][0]["tokens"] == flagged.post(
+        "/tokenize", json={"input": "search: hedges"}).json()["data"][0]["tokens"]
+
+
+def test_truncate_cuts_long_inputs_instead_of_refusing(standins, gateway_factory):
+    client = gateway_factory(truncate=True)
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "word " * 600})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["prompt_tokens"] == 512  # the stand-in's Info max_tokens
+    ids = client.post("/v1/embeddings", json={"model": MODEL, "input": [7] * 600}).json()
+    assert ids["usage"]["prompt_tokens"] == 512
+
+
+def test_a_server_without_health_watch_is_polled(gateway_factory):
+    """A server implementing only Check (not Watch) is still found ready, by polling."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    import tests.gateway.conftest as helpers
+
+    class CheckOnly(health_pb2_grpc.HealthServicer):  # Watch answers UNIMPLEMENTED
+        def Check(self, request, context):
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    server = helpers.StandIn(health_servicer=CheckOnly())
+    try:
+        client = gateway_factory(servers=[server.address])
+        answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "polled"})
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.stop()
