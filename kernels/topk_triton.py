@@ -77,7 +77,7 @@ def _topk_kernel(
     row = tl.program_id(0).to(tl.int64)
     n = cols
     if has_valid != 0:
-        n = tl.minimum(tl.maximum(tl.load(valid_ptr + row).to(tl.int32), 0), cols)
+        n = tl.minimum(tl.maximum(tl.load(valid_ptr + row), 0), cols).to(tl.int32)
 
     if METHOD == 0:
         # pass 1: per-lane maxima (lane = column mod LANES) and the threshold t

@@ -91,11 +91,22 @@ def check_split_merge():
     assert_same(merge_topk(torch.cat(parts_i, 1), torch.cat(parts_v, 1), 16), whole)
 
 
+def check_valid_lengths_are_clamped():
+    scores = torch.randn(1, 300, generator=torch.Generator().manual_seed(12)).repeat(4, 1)
+    valid = torch.tensor([2**40, -5, 7, 2**31 + 3])  # int64 past int32: clamped, not wrapped
+    want = topk_reference(scores, 16, valid)
+    assert want[0][1].tolist() == [-1] * 16 and torch.equal(want[0][0], want[0][3])
+    assert_same(topk_triton.topk_triton(scores, 16, valid), want)
+    small = torch.tensor([400, -5, 7, 0], dtype=torch.int32)
+    assert_same(topk_triton.topk_triton(scores, 16, small), topk_reference(scores, 16, small))
+
+
 EXTRA_CHECKS = {
     "bitonic_method": check_bitonic,
     "periodic_rows_take_the_fallback": check_periodic_fallback,
     "random_rows_take_the_threshold_path": check_random_takes_threshold_path,
     "split_then_merge_on_the_kernel": check_split_merge,
+    "valid_lengths_are_clamped": check_valid_lengths_are_clamped,
 }
 
 

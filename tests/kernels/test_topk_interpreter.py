@@ -26,6 +26,7 @@ EXTRA_CHECKS = (
     "periodic_rows_take_the_fallback",
     "random_rows_take_the_threshold_path",
     "split_then_merge_on_the_kernel",
+    "valid_lengths_are_clamped",
 )
 
 
