@@ -75,6 +75,9 @@ async def read_json(request: Request, limit: int) -> object:
         raise RequestError(
             f"the request body is not valid JSON: {error.msg} at line {error.lineno} "
             f"column {error.colno}", code="invalid_json") from None
+    except RecursionError:
+        raise RequestError("the request body's JSON is nested too deeply",
+                           code="invalid_json") from None
 
 
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,

@@ -39,6 +39,7 @@ def post(client, body):
     (b'{"model": "all-MiniLM-L6-v2", "input": "caf\xe9"}', "not valid UTF-8"),
     (b"[1, 2]", "valid dictionary"),
     (b'"just a string"', "valid dictionary"),
+    (b"[" * 9000 + b"]" * 9000, "nested too deeply"),
 ])
 def test_malformed_bodies_are_400(client, raw, says):
     assert_error(client.post(URL, content=raw, headers={"content-type": "application/json"}),
