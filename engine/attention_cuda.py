@@ -10,11 +10,13 @@ only on tensor shapes and the Python int `max_seqlen`, which a graph fixes per b
 at least as long as the longest sequence is correct). Sequences of length zero are allowed (the
 graph cache uses them for unused sequence slots).
 
-- `varlen`: `torch.nn.attention.varlen.varlen_attn` (PyTorch's FlashAttention-2 varlen
-  kernel). Grouped-query heads go to the kernel natively (`enable_gqa=True` where the signature
-  has it); only if the kernel refuses them are keys and values repeated per query head.
+- `varlen`: PyTorch's FlashAttention-2 varlen kernel (`torch.nn.attention.varlen.varlen_attn`,
+  or the aten op beneath it). Grouped-query heads go to the kernel natively: keys and values
+  are never repeated.
 - `flash_attn`: `flash_attn.flash_attn_varlen_func`, used only when flash-attn is importable;
   grouped-query heads are native.
+- `cudnn`: cuDNN's ragged fused attention through `aten._cudnn_attention_forward` (the kernel
+  behind SDPA's cuDNN backend), where this torch has it.
 - `sdpa`: the fallback that runs anywhere CUDA does: the ragged axis is scattered into a padded
   [B, max_seqlen, H, D] block (positions computed on the device) and `scaled_dot_product_attention`
   runs with a key-padding mask (bidirectional) or `is_causal` (causal: right padding is never
@@ -41,7 +43,7 @@ import torch.nn.functional as F
 
 from hedgerow.errors import ConfigError
 
-BACKEND_NAMES = ("varlen", "flash_attn", "sdpa")
+BACKEND_NAMES = ("varlen", "flash_attn", "cudnn", "sdpa")
 TABLE_PATH = Path(__file__).with_name("attention_table.json")
 
 AttentionFn = Callable[
@@ -56,24 +58,31 @@ def _expand_kv(x: torch.Tensor, q_heads: int) -> torch.Tensor:
 
 
 class VarlenAttention:
-    """`torch.nn.attention.varlen.varlen_attn`, with whichever causal/GQA spelling this torch has."""
+    """PyTorch's FlashAttention-2 varlen kernel, GQA native (the kernel groups query heads).
+
+    Calls `torch.ops.aten._flash_attention_forward` directly when this torch has it: it is what
+    `varlen_attn` calls, minus the wrapper's per-call zero-fill of an RNG state it never uses
+    (one extra kernel per layer, seen in the kernel profile). Otherwise, the public
+    `varlen_attn` with whichever causal/GQA spelling this torch's signature has.
+    """
 
     name = "varlen"
 
     def __init__(self) -> None:
         from torch.nn.attention.varlen import varlen_attn
 
-        self._fn = varlen_attn
+        self._public = varlen_attn
         params = inspect.signature(varlen_attn).parameters
         self._has_is_causal = "is_causal" in params
-        self._has_window = "window_size" in params
         self._has_gqa_flag = "enable_gqa" in params
-        # None until the first grouped-query call tells us whether the kernel takes it natively.
-        self.native_gqa: bool | None = True if self._has_gqa_flag else None
-        if not (self._has_is_causal or self._has_window):
+        if not (self._has_is_causal or "window_size" in params):
             raise RuntimeError("varlen_attn takes neither is_causal nor window_size")
+        self._aten = getattr(torch.ops.aten, "_flash_attention_forward", None)
 
-    def _call(self, q, k, v, cu_seqlens, max_seqlen, causal):
+    def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
+        if self._aten is not None:
+            return self._aten(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, 0.0,
+                              causal, False)[0]
         kwargs: dict[str, Any] = {}
         if self._has_is_causal:
             kwargs["is_causal"] = causal
@@ -81,22 +90,26 @@ class VarlenAttention:
             kwargs["window_size"] = (-1, 0) if causal else (-1, -1)
         if self._has_gqa_flag and k.shape[1] != q.shape[1]:
             kwargs["enable_gqa"] = True
-        return self._fn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **kwargs)
+        return self._public(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **kwargs)
+
+
+class CudnnAttention:
+    """cuDNN's ragged fused attention (`aten._cudnn_attention_forward` with cu_seqlens), the
+    Hopper kernel behind SDPA's cuDNN backend. Keys and values are repeated per query head
+    (the ragged cuDNN path is not known to group heads). Used only where the sweep measured it
+    faster and the GPU tests found it correct."""
+
+    name = "cudnn"
+
+    def __init__(self) -> None:
+        self._op = getattr(torch.ops.aten, "_cudnn_attention_forward", None)
+        if self._op is None or not torch.backends.cudnn.is_available():
+            raise ImportError("this torch has no cuDNN attention")
 
     def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
-        if k.shape[1] != q.shape[1]:
-            if self.native_gqa is None:
-                # Decided once, eagerly: the graph cache always runs a configuration eagerly
-                # before capturing it, so this probe never happens inside a capture.
-                try:
-                    out = self._call(q, k, v, cu_seqlens, max_seqlen, causal)
-                    self.native_gqa = True
-                    return out
-                except (RuntimeError, ValueError):
-                    self.native_gqa = False
-            if not self.native_gqa:
-                k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
-        return self._call(q, k, v, cu_seqlens, max_seqlen, causal)
+        k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
+        return self._op(q, k, v, None, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, False,
+                        0.0, causal, False)[0]
 
 
 class FlashAttnVarlen:
@@ -146,7 +159,8 @@ class SdpaPaddedAttention:
 
 
 def available_backends() -> dict[str, AttentionFn]:
-    """Backends that can run here, by name, in preference order (varlen, flash_attn, sdpa)."""
+    """Backends that can run here, by name, in preference order (varlen, flash_attn, cudnn,
+    sdpa)."""
     found: dict[str, AttentionFn] = {}
     if not torch.cuda.is_available():
         return found
@@ -156,6 +170,10 @@ def available_backends() -> dict[str, AttentionFn]:
         pass
     try:
         found["flash_attn"] = FlashAttnVarlen()
+    except ImportError:
+        pass
+    try:
+        found["cudnn"] = CudnnAttention()
     except ImportError:
         pass
     found["sdpa"] = SdpaPaddedAttention()

@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,7 +35,6 @@ from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.graphs import CaptureError, Config, GraphCache, GraphGrid, parse_hot_set
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.pooling import pool
-from hedgerow.engine.positions import token_layout
 from hedgerow.errors import ConfigError
 from hedgerow.logs import fields
 from hedgerow.settings import setting
@@ -68,7 +68,10 @@ class GpuSettings:
         "configurations stay eager.", unit="MiB", minimum=0)
     attention_backend: str = setting(
         "auto", "CUDA ragged attention: auto picks per configuration from the measured table.",
-        choices=("auto", "varlen", "flash_attn", "sdpa"))
+        choices=("auto", "varlen", "flash_attn", "cudnn", "sdpa"))
+    compile: bool = setting(
+        False, "Compile the forward pass with torch.compile (Inductor) before graph capture: "
+        "fused elementwise kernels, at the cost of a compile (tens of seconds) at start.")
 
     def grid(self) -> GraphGrid:
         try:
@@ -82,11 +85,10 @@ class GpuSettings:
 
 @dataclass(frozen=True)
 class HostBatch:
-    """One batch on the host: the ragged arrays and their per-token layout."""
+    """One batch on the host, in the ragged layout."""
 
     input_ids: torch.Tensor     # int32 [T]
     cu_seqlens: torch.Tensor    # int32 [B+1]
-    position_ids: torch.Tensor  # int64 [T]
     max_seqlen: int
 
     @property
@@ -118,31 +120,49 @@ def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
 
 def pack_bucket(feed: HostBatch, config: Config, pooling: str) -> torch.Tensor:
     """The static-buffer image of `feed` padded to `config`: int32 [3N + 3S + 5], pinned when
-    CUDA is available. Layout in the module docstring."""
+    CUDA is available. Layout in the module docstring. Plain numpy on the host (tens of
+    microseconds at most), since it sits on every step's critical path."""
     n, slots = config.tokens, config.seq_slots
     t, b = feed.num_tokens, feed.num_seqs
     if t > n or b > slots:
         raise ValueError(f"a batch of {b} sequences and {t} tokens does not fit {config}")
     packed = torch.empty(3 * n + 3 * slots + 5, dtype=torch.int32,
                          pin_memory=torch.cuda.is_available())
-    ids, pos, seq, cu, starts, lengths = bucket_views(packed, config)
-    ids[:t] = feed.input_ids
+    ids, pos, seq, cu, starts, lengths = (v.numpy() for v in bucket_views(packed, config))
+    real_cu = feed.cu_seqlens.numpy()
+    real_lengths = np.diff(real_cu)
+    ids[:t] = feed.input_ids.numpy()
     ids[t:] = 0
-    pos[:t] = feed.position_ids
-    pos[t:] = 0  # any valid position: the padding slot's output is never read
-    real_lengths = feed.cu_seqlens[1:] - feed.cu_seqlens[:-1]
-    seq[:t] = torch.repeat_interleave(torch.arange(b, dtype=torch.int32), real_lengths,
-                                      output_size=t)
+    seq[:t] = np.repeat(np.arange(b, dtype=np.int32), real_lengths)
     seq[t:] = slots
-    cu[:b + 1] = feed.cu_seqlens
+    pos[:t] = np.arange(t, dtype=np.int32) - real_cu[:-1][seq[:t]]
+    pos[t:] = 0  # any valid position: the padding slot's output is never read
+    cu[:b + 1] = real_cu
     cu[b + 1:slots + 1] = t
     cu[slots + 1] = n
-    starts.copy_(cu)
+    starts[:] = cu
     if pooling == "cls":
-        starts.clamp_(max=n - 1)
-    lengths.copy_(cu[1:] - cu[:-1])
+        np.minimum(starts, n - 1, out=starts)
+    lengths[:] = np.diff(cu)
     if pooling == "mean":
-        lengths.clamp_(min=1)  # empty slots: a zero sum over one, not 0/0
+        np.maximum(lengths, 1, out=lengths)  # empty slots: a zero sum over one, not 0/0
+    return packed
+
+
+def pack_unpadded(feed: HostBatch) -> torch.Tensor:
+    """The batch as it is, for the eager path past the grid: int32 [3T + 2B + 1] holding
+    input_ids [T] | position_ids [T] | seq_index [T] | cu_seqlens [B+1] | lengths [B]."""
+    t, b = feed.num_tokens, feed.num_seqs
+    packed = torch.empty(3 * t + 2 * b + 1, dtype=torch.int32,
+                         pin_memory=torch.cuda.is_available())
+    a = packed.numpy()
+    cu = feed.cu_seqlens.numpy()
+    seq = np.repeat(np.arange(b, dtype=np.int32), np.diff(cu))
+    a[:t] = feed.input_ids.numpy()
+    a[t:2 * t] = np.arange(t, dtype=np.int32) - cu[:-1][seq]
+    a[2 * t:3 * t] = seq
+    a[3 * t:3 * t + b + 1] = cu
+    a[3 * t + b + 1:] = np.diff(cu)
     return packed
 
 
@@ -183,13 +203,18 @@ class CudaStepper:
         self.cache = GraphCache(grid, self, hot_set=hot,
                                 memory_limit_bytes=settings.graph_memory_limit_mib * MIB)
         self._static: dict[Config, _Static] = {}
+        self._model_and_pool = self._eager_model_and_pool
+        if settings.compile:
+            # Inductor fuses the elementwise chains (norms, RoPE, activations, residual adds)
+            # into generated kernels; one dynamic-shape compile serves every bucket, and the
+            # first (eager) hit of each configuration absorbs any recompile before capture.
+            self._model_and_pool = torch.compile(self._eager_model_and_pool, dynamic=True)
 
     # -- the public step -------------------------------------------------------------------
 
     def step(self, batch: RaggedBatch) -> LazyTensor:
         """Launch `batch` (validated) and return a LazyTensor of float32 [B, H]."""
-        layout = token_layout(batch.cu_seqlens)
-        feed = HostBatch(batch.input_ids, batch.cu_seqlens, layout.position_ids, batch.max_seqlen)
+        feed = HostBatch(batch.input_ids, batch.cu_seqlens, batch.max_seqlen)
         with torch.inference_mode():
             if self.settings.graphs:
                 pooled = self.cache.run(feed.num_seqs, feed.num_tokens, feed)
@@ -262,8 +287,7 @@ class CudaStepper:
         cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), 0)
         total = int(cu[-1])
         ids = torch.randint(0, self.vocab_size, (total,), dtype=torch.int32)
-        layout = token_layout(cu)
-        return HostBatch(ids, cu, layout.position_ids, per)
+        return HostBatch(ids, cu, per)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -290,26 +314,24 @@ class CudaStepper:
 
     def _forward(self, config: Config, static: _Static) -> torch.Tensor:
         ids, pos, seq, cu, starts, lengths = bucket_views(static.packed, config)
-        hidden = self.model(ids, pos, cu, static.max_seqlen, static.attention)
-        return pool(hidden, starts, seq, lengths, self.pooling)
+        return self._model_and_pool(ids, pos, cu, static.max_seqlen, static.attention, starts,
+                                    seq, lengths)
+
+    def _eager_model_and_pool(self, ids, pos, cu, max_seqlen, attention, pool_starts, seq_index,
+                              lengths) -> torch.Tensor:
+        """Model forward then pooling: float32 [number of slots, H]."""
+        hidden = self.model(ids, pos, cu, max_seqlen, attention)
+        return pool(hidden, pool_starts, seq_index, lengths, self.pooling)
 
     def _run_unpadded(self, feed: HostBatch) -> torch.Tensor:
         t, b = feed.num_tokens, feed.num_seqs
-        host = torch.empty(3 * t + 2 * b + 1, dtype=torch.int32, pin_memory=True)
-        host[:t] = feed.input_ids
-        host[t:2 * t] = feed.position_ids
-        lengths = feed.cu_seqlens[1:] - feed.cu_seqlens[:-1]
-        host[2 * t:3 * t] = torch.repeat_interleave(torch.arange(b, dtype=torch.int32), lengths,
-                                                    output_size=t)
-        host[3 * t:3 * t + b + 1] = feed.cu_seqlens
-        host[3 * t + b + 1:] = lengths
+        host = pack_unpadded(feed)
         attention = self.chooser.for_batch(b, feed.max_seqlen)
         with torch.cuda.stream(self.stream):
             packed = host.to(self.device, non_blocking=True)
             ids, pos, seq = packed[:t], packed[t:2 * t], packed[2 * t:3 * t]
             cu, lens = packed[3 * t:3 * t + b + 1], packed[3 * t + b + 1:]
-            hidden = self.model(ids, pos, cu, feed.max_seqlen, attention)
-            return pool(hidden, cu, seq, lens, self.pooling)
+            return self._model_and_pool(ids, pos, cu, feed.max_seqlen, attention, cu, seq, lens)
 
 
 def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings()) -> CudaStepper:

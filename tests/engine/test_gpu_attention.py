@@ -35,7 +35,7 @@ def _relative_error(out, ref):
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-@pytest.mark.parametrize("backend", ["varlen", "flash_attn", "sdpa"])
+@pytest.mark.parametrize("backend", ["varlen", "flash_attn", "cudnn", "sdpa"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("causal", [False, True])
 def test_backend_matches_float64_reference(backend, shape, causal):

@@ -28,7 +28,16 @@ from hedgerow.engine.gpu import GpuSettings  # noqa: E402
 from hedgerow.engine.graphs import Config, State  # noqa: E402
 
 VOCAB = 301
-TOL = dict(rtol=2e-2, atol=2e-2)
+
+
+def assert_same_embeddings(got, expected):
+    """bf16 agreement: cosine >= 0.999 per row, and no element off by more than 5% of the
+    row's largest magnitude."""
+    assert got.shape == expected.shape
+    cosine = torch.nn.functional.cosine_similarity(got, expected, dim=-1)
+    assert cosine.min().item() >= 0.999, cosine
+    scale = expected.abs().amax(dim=-1, keepdim=True)
+    assert ((got - expected).abs() <= 0.05 * scale).all()
 
 
 def _write(directory, kind):
@@ -99,10 +108,13 @@ def test_replay_equals_eager_in_every_state(model_dir):
     assert report["graph_memory_bytes"] > 0
     for state, got in results.items():
         assert got.shape == (3, 128) and got.dtype == torch.float32, state
-        torch.testing.assert_close(got, expected, **TOL)
+        assert_same_embeddings(got, expected)
+    # the same batch through the same kernels: replay reproduces the eager first hit
+    torch.testing.assert_close(results[State.CAPTURED], results[State.COLD], rtol=1e-2,
+                               atol=1e-2)
     # the graph replays new data, not the captured batch
     other = _sequences([60, 3, 50], seed=2)
-    torch.testing.assert_close(_embed(engine, other), _embed(plain, other), **TOL)
+    assert_same_embeddings(_embed(engine, other), _embed(plain, other))
 
 
 def test_tail_padding_and_neighbours_change_nothing(model_dir):
@@ -121,12 +133,12 @@ def test_tail_padding_and_neighbours_change_nothing(model_dir):
         position = batch.index(target)
         for _ in range(3):           # eager, capture + replay, replay
             got = _embed(engine, batch)
-            torch.testing.assert_close(got[position], alone, **TOL)
+            assert_same_embeddings(got[position], alone)
     # ragged equals per-sequence, for every member of the largest batch
     batch = others + [target]
     got = _embed(engine, batch)
     for i, seq in enumerate(batch):
-        torch.testing.assert_close(got[i], _embed(plain, [seq])[0], **TOL)
+        assert_same_embeddings(got[i], _embed(plain, [seq])[0])
 
 
 def test_past_the_grid_runs_eagerly(model_dir):
@@ -134,7 +146,7 @@ def test_past_the_grid_runs_eagerly(model_dir):
     sequences = _sequences([100, 90], seed=5)       # 190 tokens > 128
     plain = _engine(model_dir, graphs=False)
     for _ in range(2):
-        torch.testing.assert_close(_embed(engine, sequences), _embed(plain, sequences), **TOL)
+        assert_same_embeddings(_embed(engine, sequences), _embed(plain, sequences))
     report = engine.warmup_report()
     assert report["eager_past_grid"] == 2 and report["captured"] == 0
 
@@ -152,11 +164,27 @@ def test_warmup_captures_the_hot_set_and_lazy_tensor_protocol(model_dir):
     assert engine.warmup_report()["replays"] == 1
 
 
-@pytest.mark.parametrize("backend", ["varlen", "sdpa"])
+@pytest.mark.parametrize("backend", ["varlen", "cudnn", "sdpa"])
 def test_each_backend_through_the_engine(model_dir, backend):
+    from hedgerow.engine.attention_cuda import available_backends
+
+    if backend not in available_backends():
+        pytest.skip(f"{backend} is not available here")
     engine = _engine(model_dir, attention_backend=backend)
     plain = _engine(model_dir, graphs=False, attention_backend="sdpa")
     sequences = _sequences([30, 70, 2], seed=7)
     expected = _embed(plain, sequences)
     for _ in range(3):
-        torch.testing.assert_close(_embed(engine, sequences), expected, **TOL)
+        assert_same_embeddings(_embed(engine, sequences), expected)
+
+
+def test_compiled_forward_matches_eager(model_dir):
+    if "xlmr" not in model_dir.name:
+        pytest.skip("one architecture is enough to check the compiled path (compiles are slow)")
+    engine = _engine(model_dir, compile=True)
+    plain = _engine(model_dir, graphs=False)
+    for lengths in ([37, 5, 80], [200], [64, 64]):
+        sequences = _sequences(lengths, seed=len(lengths))
+        expected = _embed(plain, sequences)
+        for _ in range(3):
+            assert_same_embeddings(_embed(engine, sequences), expected)

@@ -250,7 +250,7 @@ def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
         hidden = model(batch.input_ids, layout.position_ids, batch.cu_seqlens, batch.max_seqlen,
                        attention)
         expected = pool(hidden, batch.cu_seqlens, layout.seq_index, layout.lengths, pooling)
-        feed = HostBatch(batch.input_ids, batch.cu_seqlens, layout.position_ids, batch.max_seqlen)
+        feed = HostBatch(batch.input_ids, batch.cu_seqlens, batch.max_seqlen)
         packed = pack_bucket(feed, config, pooling)
         views = bucket_views(packed, config)
         assert views.cu_seqlens[-1] == config.tokens and views.seq_index.shape == (config.tokens,)
@@ -265,10 +265,24 @@ def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
 def test_a_batch_that_does_not_fit_its_bucket_is_refused():
     from hedgerow.engine.batch import RaggedBatch
     from hedgerow.engine.gpu import HostBatch, pack_bucket
-    from hedgerow.engine.positions import token_layout
 
     batch = RaggedBatch.from_sequences([[1] * 70])
-    feed = HostBatch(batch.input_ids, batch.cu_seqlens,
-                     token_layout(batch.cu_seqlens).position_ids, 70)
+    feed = HostBatch(batch.input_ids, batch.cu_seqlens, 70)
     with pytest.raises(ValueError, match="does not fit"):
         pack_bucket(feed, Config(1, 64), "cls")
+
+
+def test_unpadded_packing_matches_the_host_layout():
+    from hedgerow.engine.batch import RaggedBatch
+    from hedgerow.engine.gpu import HostBatch, pack_unpadded
+    from hedgerow.engine.positions import token_layout
+
+    batch = RaggedBatch.from_sequences([[5, 6, 7], [8], [9, 10]])
+    packed = pack_unpadded(HostBatch(batch.input_ids, batch.cu_seqlens, 3))
+    layout = token_layout(batch.cu_seqlens)
+    t = 6
+    assert packed[:t].tolist() == [5, 6, 7, 8, 9, 10]
+    assert packed[t:2 * t].tolist() == layout.position_ids.tolist() == [0, 1, 2, 0, 0, 1]
+    assert packed[2 * t:3 * t].tolist() == layout.seq_index.tolist()
+    assert packed[3 * t:3 * t + 4].tolist() == [0, 3, 4, 6]
+    assert packed[3 * t + 4:].tolist() == [3, 1, 2]
