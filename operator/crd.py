@@ -411,11 +411,37 @@ def crd_yaml() -> str:
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
 
 
+def _rows(node: dict, prefix: str) -> list[str]:
+    rows = []
+    for name, child in node.get("properties", {}).items():
+        path = f"{prefix}.{name}" if prefix else name
+        kind = child.get("type", "quantity")
+        if kind == "array":
+            kind = f"list of {child['items'].get('type', 'quantity')}"
+        default = child.get("default")
+        shown = "" if default in (None, {}) else f"`{default}`"
+        rows.append(f"| `{path}` | {kind} | {shown} | {child.get('description', '')} |")
+        if child.get("type") == "object" and "properties" in child:
+            rows += _rows(child, path)
+    return rows
+
+
+def spec_table() -> str:
+    """Markdown table of every spec field (docs/operator.md embeds it; a test keeps it current)."""
+    head = ["| field | type | default | meaning |", "| --- | --- | --- | --- |"]
+    return "\n".join(head + _rows(SPEC, "spec")) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Print or write the EmbeddingService CRD.")
     parser.add_argument("--write", type=Path, metavar="DIR",
                         help=f"write {CRD_FILE} into DIR instead of printing it")
+    parser.add_argument("--spec-table", action="store_true",
+                        help="print the Markdown table of spec fields instead")
     args = parser.parse_args(argv)
+    if args.spec_table:
+        sys.stdout.write(spec_table())
+        return 0
     text = crd_yaml()
     if args.write is None:
         sys.stdout.write(text)

@@ -89,3 +89,11 @@ def test_strict_schema_rejects_unknown_fields():
 def test_crd_module_writes_the_file(tmp_path):
     assert crd.main(["--write", str(tmp_path)]) == 0
     assert (tmp_path / crd.CRD_FILE).read_text() == crd.crd_yaml()
+
+
+def test_docs_spec_table_is_current():
+    text = (ROOT / "docs" / "operator.md").read_text()
+    table = text.split("<!-- spec-table:start -->\n")[1].split("<!-- spec-table:end -->")[0]
+    assert table == crd.spec_table(), (
+        "docs/operator.md's spec table is stale: regenerate it with "
+        "`.venv/bin/python -P -m hedgerow.operator.crd --spec-table`")
