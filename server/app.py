@@ -52,8 +52,12 @@ def load_engine(settings: ServerSettings, gpu_settings: Any = None):
     Raises ModelLoadError. `gpu_settings` (hedgerow.engine.gpu.GpuSettings) configures the
     CUDA graph cache; None takes the engine's defaults; the CPU engine ignores it.
     """
+    import torch
+
     from hedgerow.engine.engine import Engine
 
+    if settings.cpu_threads:
+        torch.set_num_threads(settings.cpu_threads)
     path = settings.model or default_model_path()
     engine = Engine.load(path, device=settings.device, dtype=settings.dtype,
                          gpu_settings=gpu_settings)

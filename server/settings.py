@@ -39,6 +39,13 @@ class ServerSettings:
         "throughput at a small accuracy cost; on CPU float32 is the fast and exact choice.",
         choices=("float32", "float16", "bfloat16"),
     )
+    cpu_threads: int = setting(
+        0,
+        "Threads torch uses for one CPU step; 0 keeps torch's default (one per core it sees). "
+        "In a container with a CPU limit, set it to the limit: more threads than cores spin "
+        "against each other and can make each step many times slower.",
+        unit="threads", minimum=0,
+    )
     max_batch_tokens: int = setting(
         2048,
         "Token budget of one engine step. Larger batches amortise launch cost until the device "

@@ -21,12 +21,13 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def long_request(seed: int) -> list[list[int]]:
-    return [[101] + [2000 + seed + i] * 254 + [102] for i in range(16)]
+    return [[101] + [2000 + seed + i] * 254 + [102] for i in range(8)]
 
 
 def test_sigterm_drains_in_flight_work_then_exits_zero(start_server):
-    server = start_server("--max-batch-tokens", "256", "--shutdown-grace", "120")
-    requests = [long_request(100 * r) for r in range(4)]  # 16384 tokens: seconds of CPU work
+    server = start_server("--cpu-threads", "1", "--max-batch-tokens", "256",
+                          "--shutdown-grace", "120")
+    requests = [long_request(100 * r) for r in range(4)]  # 8192 tokens: seconds of CPU work
 
     async def main():
         async with grpc.aio.insecure_channel(server.address) as channel:
@@ -47,7 +48,7 @@ def test_sigterm_drains_in_flight_work_then_exits_zero(start_server):
             return await asyncio.gather(*calls), health, late
 
     responses, health, late = asyncio.run(main())
-    assert [list(r.shape) for r in responses] == [[16, 384]] * 4
+    assert [list(r.shape) for r in responses] == [[8, 384]] * 4
     assert all(np.isfinite(decode_embeddings(r)).all() for r in responses)
     assert health in (NOT_SERVING, None), "health still SERVING after SIGTERM"
     assert late is not None and late.code() == grpc.StatusCode.UNAVAILABLE
@@ -66,7 +67,7 @@ def test_health_is_not_serving_until_the_model_is_loaded():
         return load_engine(settings, gpu_settings)
 
     settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
-                              shutdown_grace=5.0)
+                              shutdown_grace=5.0)  # torch's thread count stays as it is
     address = f"127.0.0.1:{settings.port}"
 
     def warmup() -> dict:
