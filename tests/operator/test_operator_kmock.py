@@ -182,9 +182,16 @@ async def test_deleted_child_is_recreated(cluster):
     await cluster.eventually(lambda: _all_children(cluster), "every child")
     path = cluster.child_path("v1", "services", "emb-server")
     await cluster.delete(path)
-    assert await cluster.get(path) is None
-    recreated = await cluster.eventually(lambda: cluster.get(path), "the Service recreated")
-    assert recreated["spec"]["clusterIP"] == "None"
+    history = cluster.kmock.objects["v1/services", "ml", "emb-server", :]
+    assert None in history, "deleted (the resync timer may already have recreated it)"
+
+    async def recreated():
+        versions = cluster.kmock.objects["v1/services", "ml", "emb-server", :]
+        return versions[-1] is not None and None in versions and await cluster.get(path)
+
+    service = await cluster.eventually(recreated, "the Service recreated after its deletion")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == "uid-emb"
 
 
 async def _events(cluster, reason):
