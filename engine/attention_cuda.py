@@ -15,8 +15,10 @@ graph cache uses them for unused sequence slots).
   are never repeated.
 - `flash_attn`: `flash_attn.flash_attn_varlen_func`, used only when flash-attn is importable;
   grouped-query heads are native.
-- `cudnn`: cuDNN's ragged fused attention through `aten._cudnn_attention_forward` (the kernel
-  behind SDPA's cuDNN backend), where this torch has it.
+
+Not a backend: cuDNN's ragged attention (`aten._cudnn_attention_forward` with cu_seqlens). It is
+correct but cannot be captured in a CUDA graph (torch 2.11, H200: the capture is invalidated),
+so it cannot serve a whole-model graph.
 - `sdpa`: the fallback that runs anywhere CUDA does: the ragged axis is scattered into a padded
   [B, max_seqlen, H, D] block (positions computed on the device) and `scaled_dot_product_attention`
   runs with a key-padding mask (bidirectional) or `is_causal` (causal: right padding is never
@@ -43,7 +45,7 @@ import torch.nn.functional as F
 
 from hedgerow.errors import ConfigError
 
-BACKEND_NAMES = ("varlen", "flash_attn", "cudnn", "sdpa")
+BACKEND_NAMES = ("varlen", "flash_attn", "sdpa")
 TABLE_PATH = Path(__file__).with_name("attention_table.json")
 
 AttentionFn = Callable[
@@ -93,25 +95,6 @@ class VarlenAttention:
         return self._public(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **kwargs)
 
 
-class CudnnAttention:
-    """cuDNN's ragged fused attention (`aten._cudnn_attention_forward` with cu_seqlens), the
-    Hopper kernel behind SDPA's cuDNN backend. Keys and values are repeated per query head
-    (the ragged cuDNN path is not known to group heads). Used only where the sweep measured it
-    faster and the GPU tests found it correct."""
-
-    name = "cudnn"
-
-    def __init__(self) -> None:
-        self._op = getattr(torch.ops.aten, "_cudnn_attention_forward", None)
-        if self._op is None or not torch.backends.cudnn.is_available():
-            raise ImportError("this torch has no cuDNN attention")
-
-    def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
-        k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
-        return self._op(q, k, v, None, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, False,
-                        0.0, causal, False)[0]
-
-
 class FlashAttnVarlen:
     """`flash_attn.flash_attn_varlen_func` (FlashAttention 2/3 package), GQA native."""
 
@@ -159,8 +142,7 @@ class SdpaPaddedAttention:
 
 
 def available_backends() -> dict[str, AttentionFn]:
-    """Backends that can run here, by name, in preference order (varlen, flash_attn, cudnn,
-    sdpa)."""
+    """Backends that can run here, by name, in preference order (varlen, flash_attn, sdpa)."""
     found: dict[str, AttentionFn] = {}
     if not torch.cuda.is_available():
         return found
@@ -170,10 +152,6 @@ def available_backends() -> dict[str, AttentionFn]:
         pass
     try:
         found["flash_attn"] = FlashAttnVarlen()
-    except ImportError:
-        pass
-    try:
-        found["cudnn"] = CudnnAttention()
     except ImportError:
         pass
     found["sdpa"] = SdpaPaddedAttention()

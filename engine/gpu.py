@@ -68,7 +68,7 @@ class GpuSettings:
         "configurations stay eager.", unit="MiB", minimum=0)
     attention_backend: str = setting(
         "auto", "CUDA ragged attention: auto picks per configuration from the measured table.",
-        choices=("auto", "varlen", "flash_attn", "cudnn", "sdpa"))
+        choices=("auto", "varlen", "flash_attn", "sdpa"))
     compile: bool = setting(
         False, "Compile the forward pass with torch.compile (Inductor) before graph capture: "
         "fused elementwise kernels, at the cost of a compile (tens of seconds) at start.")

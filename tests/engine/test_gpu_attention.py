@@ -35,7 +35,7 @@ def _relative_error(out, ref):
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-@pytest.mark.parametrize("backend", ["varlen", "flash_attn", "cudnn", "sdpa"])
+@pytest.mark.parametrize("backend", ["varlen", "flash_attn", "sdpa"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("causal", [False, True])
 def test_backend_matches_float64_reference(backend, shape, causal):
@@ -52,7 +52,7 @@ def test_backend_matches_float64_reference(backend, shape, causal):
 
     # Inside a graph: max_seqlen fixed above the longest sequence; replay on fresh data.
     static = [t.clone() for t in (q, k, v)]
-    fn(*static, cu, 256, causal)  # warm outside capture (also settles the GQA probe)
+    fn(*static, cu, 256, causal)  # warm outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
