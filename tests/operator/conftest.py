@@ -151,29 +151,37 @@ class WarmupServer:
 
 
 @pytest_asyncio.fixture
-async def cluster(kmock, tmp_path, monkeypatch):
-    """kmock with the CRD registered, a /warmup server, and the operator running against
-    them (resync every 0.5 s, warmup every 0.3 s so the tests converge quickly). Cluster-wide,
-    as the chart runs it: kmock cannot serve the namespace list kopf watches in namespaced mode."""
+async def kube_api(kmock, tmp_path, monkeypatch):
+    """kmock with the CRD registered and KUBECONFIG pointing at it; no operator yet."""
     register_resources(kmock)
-    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig",
-                                                          str(kmock.url))))
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     warmup = WarmupServer()
     async with warmup.running():
-        config = OperatorSettings(resync_interval=0.5,
-                                  warmup_interval=0.3, warmup_port=warmup.port,
-                                  warmup_timeout=2.0, health_port=0)
-        # Its own thread and event loop, as in production: kopf's shutdown cancels every task
-        # of its loop that it did not start with, which would include the test's own tasks.
-        stop, ready = threading.Event(), threading.Event()
-        thread = threading.Thread(
-            target=asyncio.run, args=(operate(config, stop_flag=stop, ready_flag=ready),),
-            name="operator", daemon=True)
-        thread.start()
-        assert await asyncio.to_thread(ready.wait, 30), "the operator did not start"
-        try:
-            yield Cluster(kmock, warmup)
-        finally:
-            stop.set()
-            await asyncio.to_thread(thread.join, 30)
-            assert not thread.is_alive(), "the operator did not stop"
+        api = Cluster(kmock, warmup)
+        api.kubeconfig = kubeconfig
+        yield api
+
+
+@pytest_asyncio.fixture
+async def cluster(kube_api):
+    """The operator running against kube_api (resync every 0.5 s, warmup every 0.3 s so the
+    tests converge quickly). Cluster-wide, as the chart runs it: kmock cannot serve the
+    namespace list kopf watches in namespaced mode."""
+    config = OperatorSettings(resync_interval=0.5, warmup_interval=0.3,
+                              warmup_port=kube_api.warmup.port, warmup_timeout=2.0,
+                              health_port=0)
+    # Its own thread and event loop, as in production: kopf's shutdown cancels every task
+    # of its loop that it did not start with, which would include the test's own tasks.
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=asyncio.run, args=(operate(config, stop_flag=stop, ready_flag=ready),),
+        name="operator", daemon=True)
+    thread.start()
+    assert await asyncio.to_thread(ready.wait, 30), "the operator did not start"
+    try:
+        yield kube_api
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 30)
+        assert not thread.is_alive(), "the operator did not stop"

@@ -1,0 +1,59 @@
+"""`hedgerow operator` as a real process against kmock: it reconciles, serves /healthz, stops
+cleanly on SIGTERM, and refuses bad settings with a one-line error."""
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_operator_process_reconciles_and_stops_on_sigterm(kube_api, subprocess_env):
+    port = _free_port()
+    env = {**subprocess_env, "KUBECONFIG": str(kube_api.kubeconfig),
+           "HEDGEROW_RESYNC_INTERVAL": "0.5", "HEDGEROW_HEALTH_PORT": str(port)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", "-m", "hedgerow", "operator", "--warmup-interval", "0.5",
+        "--warmup-port", str(kube_api.warmup.port), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        await kube_api.post(kube_api.cr_path, kube_api.resource("emb"))
+        path = kube_api.child_path("apps/v1", "deployments", "emb-gateway")
+        deployment = await kube_api.eventually(lambda: kube_api.get(path), "gateway Deployment",
+                                               timeout=60)
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["args"] == ["gateway"]
+
+        async def healthy():
+            try:
+                async with aiohttp.ClientSession() as session:
+                    async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                        return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        assert await kube_api.eventually(healthy, "/healthz answering 200")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0, output.decode()[-3000:]
+    assert b"event=operator.start" in output
+
+
+def test_bad_settings_exit_2_with_one_line(subprocess_env):
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "hedgerow", "operator", "--warmup-interval", "0"],
+        capture_output=True, text=True, env=subprocess_env, timeout=60)
+    assert result.returncode == 2
+    assert "--warmup-interval: 0.0 is below the minimum 0.1" in result.stderr
+    assert "Traceback" not in result.stderr
