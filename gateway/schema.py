@@ -13,6 +13,7 @@ import json
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
 from hedgerow.gateway.errors import RequestError
@@ -144,27 +145,28 @@ def embeddings_body(
 ) -> bytes:
     """The JSON body of an embeddings response; `embeddings` is float32 [B, D] in input order.
 
-    base64 is the little-endian float32 bytes of each row, as OpenAI encodes it.
+    Floats are written in the shortest text that reads back as the same float32; base64 is the
+    little-endian float32 bytes of each row, as OpenAI encodes it.
     """
     rows = np.ascontiguousarray(embeddings, dtype="<f4")
     if encoding_format == "base64":
-        values = [base64.b64encode(row.tobytes()).decode("ascii") for row in rows]
+        values: Any = [base64.b64encode(row.tobytes()).decode("ascii") for row in rows]
     else:
-        values = rows.tolist()
+        values = list(rows.astype(np.float32, copy=False))
     body = {
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)],
         "model": model,
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
-    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def tokenize_body(sequences: list[np.ndarray], *, model: str) -> bytes:
     """The JSON body of a /tokenize response: ids and count per input, and the total."""
-    data = [{"index": i, "tokens": ids.tolist(), "count": int(ids.shape[0])}
+    data = [{"index": i, "tokens": ids, "count": int(ids.shape[0])}
             for i, ids in enumerate(sequences)]
     total = sum(item["count"] for item in data)
     body = {"object": "list", "data": data, "model": model,
             "usage": {"prompt_tokens": total, "total_tokens": total}}
-    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
