@@ -22,8 +22,32 @@ KILL_MARGIN_SECONDS = 10
 STARTUP_PERIOD_SECONDS = 10
 
 
+DEFAULT_HOT_SET = ((1, 64), (1, 128), (1, 256), (1, 512))
+
+
+def seq_buckets(graphs: dict) -> list[int]:
+    """The spec's sequence buckets, or powers of two below maxSeqs, then maxSeqs."""
+    if graphs.get("seqBuckets"):
+        return list(graphs["seqBuckets"])
+    buckets, size = [], 1
+    while size < graphs["maxSeqs"]:
+        buckets.append(size)
+        size *= 2
+    return buckets + [graphs["maxSeqs"]]
+
+
+def hot_set(graphs: dict) -> list[tuple[int, int]]:
+    """The spec's hot set, or the default shapes that fit the grid: always written out, so
+    the server never starts with a hot set past its own grid."""
+    if graphs.get("hotSet"):
+        return [(shape["sequences"], shape["tokens"]) for shape in graphs["hotSet"]]
+    return [(s, t) for s, t in DEFAULT_HOT_SET
+            if t <= graphs["maxTokens"] and s <= graphs["maxSeqs"]]
+
+
 def server_env(service: Service) -> dict[str, str]:
-    """HEDGEROW_* settings of `hedgerow server` (see server/settings.py for their meaning)."""
+    """HEDGEROW_* settings of `hedgerow server` (server/settings.py and the engine's
+    GpuSettings in engine/gpu.py say what each means)."""
     server, model = service.spec["server"], service.spec["model"]
     env = {
         "HEDGEROW_MODEL": model["path"],
@@ -38,11 +62,17 @@ def server_env(service: Service) -> dict[str, str]:
         "HEDGEROW_MAX_INFLIGHT_TOKENS": str(server["maxInflightTokens"]),
         "HEDGEROW_SHUTDOWN_GRACE": str(server["shutdownGraceSeconds"]),
     }
-    if server.get("buckets"):
-        env["HEDGEROW_BUCKETS"] = ",".join(str(b) for b in server["buckets"])
-    if server.get("hotSet"):
-        env["HEDGEROW_HOT_SET"] = ",".join(
-            f"{shape['sequences']}x{shape['tokens']}" for shape in server["hotSet"])
+    graphs = server["graphs"]
+    env.update({
+        "HEDGEROW_GRAPHS": "true" if graphs["enabled"] else "false",
+        "HEDGEROW_GRAPH_MAX_TOKENS": str(graphs["maxTokens"]),
+        "HEDGEROW_GRAPH_MAX_SEQS": str(graphs["maxSeqs"]),
+        "HEDGEROW_GRAPH_SEQ_BUCKETS": ",".join(str(b) for b in seq_buckets(graphs)),
+        "HEDGEROW_GRAPH_HOT_SET": ",".join(f"{s}x{t}" for s, t in hot_set(graphs)),
+        "HEDGEROW_GRAPH_MEMORY_LIMIT_MIB": str(graphs["memoryLimitMiB"]),
+        "HEDGEROW_ATTENTION_BACKEND": server["attentionBackend"],
+        "HEDGEROW_COMPILE": "true" if server["compile"] else "false",
+    })
     return env
 
 

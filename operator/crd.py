@@ -54,36 +54,27 @@ def _tolerations(component: str) -> dict:
                  max_items=32)
 
 
-def _bucket_step_ok(buckets: list[int]) -> bool:
-    return all(b % 64 == 0 if b <= 1024 else b % 256 == 0 for b in buckets)
+def _on_token_grid(tokens: int) -> bool:
+    return tokens % 64 == 0 if tokens <= 1024 else (tokens - 1024) % 256 == 0
 
 
-def _strictly_increasing(buckets: list[int]) -> bool:
-    return all(a < b for a, b in zip(buckets, buckets[1:]))
+def _strictly_increasing(values: list[int]) -> bool:
+    return all(a < b for a, b in zip(values, values[1:]))
 
 
-def _hot_set_ok(server: dict) -> bool:
-    buckets = server.get("buckets") or []
-    for shape in server.get("hotSet", []):
-        if shape["tokens"] > server["maxBatchTokens"] or shape["sequences"] > server["maxBatchSeqs"]:
-            return False
-        if buckets and shape["tokens"] not in buckets:
-            return False
-    return True
+def _hot_set_fits(graphs: dict) -> bool:
+    return all(shape["tokens"] <= graphs["maxTokens"] and shape["sequences"] <= graphs["maxSeqs"]
+               for shape in graphs.get("hotSet", []))
 
 
-BUCKETS = array(
-    integer("A token bucket: a static token count one CUDA graph is captured for.",
-            minimum=64, maximum=1048576),
-    "Token buckets of the CUDA-graph grid, strictly increasing: multiples of 64 up to 1024, "
-    "then of 256. Empty uses the server's built-in grid.",
+SEQ_BUCKETS = array(
+    integer("A sequence-count bucket.", minimum=1, maximum=4096),
+    "Sequence-count buckets of the graph grid: strictly increasing, the last equal to "
+    "maxSeqs. Empty: powers of two up to maxSeqs, then maxSeqs.",
     max_items=MAX_BUCKETS,
     rules=(
-        Rule("self.all(b, b <= 1024 ? b % 64 == 0 : b % 256 == 0)",
-             "buckets must be multiples of 64 up to 1024 and of 256 above",
-             _bucket_step_ok, reason="InvalidBucketGrid"),
         Rule("self.isSorted() && self.all(b, self.exists_one(c, c == b))",
-             "buckets must be strictly increasing (sorted, no duplicates)",
+             "graphs.seqBuckets must be strictly increasing (sorted, no duplicates)",
              _strictly_increasing, reason="InvalidBucketGrid"),
     ),
 )
@@ -93,18 +84,54 @@ HOT_SET = array(
         {
             "sequences": integer("Sequence count of the configuration.", minimum=1,
                                  maximum=4096),
-            "tokens": integer("Token bucket of the configuration.", minimum=64,
-                              maximum=1048576),
+            "tokens": integer("Token count of the configuration (rounded up to its bucket).",
+                              minimum=1, maximum=1048576),
         },
-        "One CUDA-graph configuration (sequence count, token bucket).",
+        "One CUDA-graph configuration (sequences, tokens).",
         required=("sequences", "tokens"),
         rules=(Rule("self.sequences <= self.tokens",
                     "a hot-set shape cannot hold more sequences than tokens",
                     lambda s: s["sequences"] <= s["tokens"], reason="InvalidHotSet"),),
     ),
     "Configurations captured before the server reports warm; everything else is captured "
-    "lazily while serving. Each shape costs capture time at start and graph memory.",
+    "lazily while serving. Each costs a capture (tens of ms) and graph memory. Empty: 1x64, "
+    "1x128, 1x256, 1x512 (those within maxTokens).",
     max_items=MAX_HOT_SET,
+)
+
+GRAPHS = obj(
+    {
+        "enabled": boolean("Capture CUDA graphs (off: every step runs eagerly, slower at "
+                           "small batches).", default=True),
+        "maxTokens": integer("Largest token bucket with a graph; bigger batches run eagerly. "
+                             "Token buckets are multiples of 64 up to 1024, then of 256.",
+                             default=8192, minimum=64, maximum=1048576),
+        "maxSeqs": integer("Most sequences in a batch that runs in a graph.", default=64,
+                           minimum=1, maximum=4096),
+        "seqBuckets": SEQ_BUCKETS,
+        "hotSet": HOT_SET,
+        "memoryLimitMiB": integer("Most device memory graphs and their buffers may hold; past "
+                                  "it, configurations stay eager.", default=8192, minimum=0,
+                                  maximum=1048576),
+    },
+    "The CUDA-graph grid: token buckets up to maxTokens times sequence buckets.",
+    default={},
+    rules=(
+        Rule("self.maxTokens <= 1024 ? self.maxTokens % 64 == 0 : "
+             "(self.maxTokens - 1024) % 256 == 0",
+             "graphs.maxTokens must lie on the token grid: a multiple of 64 up to 1024, then "
+             "1024 plus a multiple of 256", lambda g: _on_token_grid(g["maxTokens"]),
+             reason="InvalidBucketGrid"),
+        Rule("!has(self.seqBuckets) || size(self.seqBuckets) == 0 || "
+             "self.seqBuckets[size(self.seqBuckets) - 1] == self.maxSeqs",
+             "the last of graphs.seqBuckets must equal graphs.maxSeqs",
+             lambda g: not g.get("seqBuckets") or g["seqBuckets"][-1] == g["maxSeqs"],
+             reason="InvalidBucketGrid"),
+        Rule("!has(self.hotSet) || self.hotSet.all(h, h.tokens <= self.maxTokens && "
+             "h.sequences <= self.maxSeqs)",
+             "every graphs.hotSet shape must fit within graphs.maxTokens and graphs.maxSeqs",
+             _hot_set_fits, reason="InvalidHotSet"),
+    ),
 )
 
 MODEL = obj(
@@ -175,8 +202,12 @@ SERVER = obj(
                                     default=16384, minimum=1, maximum=4194304),
         "maxInflightTokens": integer("Admission bound: tokens accepted but not answered.",
                                      default=65536, minimum=1, maximum=16777216),
-        "buckets": BUCKETS,
-        "hotSet": HOT_SET,
+        "graphs": GRAPHS,
+        "attentionBackend": string("CUDA ragged attention backend; auto picks per "
+                                   "configuration.", enum=("auto", "varlen", "flash_attn", "sdpa"),
+                                   default="auto"),
+        "compile": boolean("torch.compile the forward pass before graph capture (tens of "
+                           "seconds at start).", default=False),
         "nodeSelector": string_map("Node labels a server pod must match."),
         "tolerations": _tolerations("server"),
         "priorityClassName": string("PriorityClass of the server pods.", max_length=253),
@@ -197,11 +228,6 @@ SERVER = obj(
              "server.maxRequestTokens must not exceed server.maxInflightTokens",
              lambda s: s["maxRequestTokens"] <= s["maxInflightTokens"],
              reason="InvalidServerLimits"),
-        Rule("!has(self.hotSet) || self.hotSet.all(h, h.tokens <= self.maxBatchTokens && "
-             "h.sequences <= self.maxBatchSeqs && (!has(self.buckets) || "
-             "self.buckets.size() == 0 || h.tokens in self.buckets))",
-             "every hot-set shape must fit maxBatchTokens and maxBatchSeqs and lie on the "
-             "bucket grid", _hot_set_ok, reason="InvalidHotSet"),
     ),
 )
 

@@ -2,6 +2,7 @@
 schemas (kubernetes-validate, strict) across several specs, and carries what the design asks."""
 
 import copy
+import dataclasses
 
 import kubernetes_validate
 import pytest
@@ -39,7 +40,9 @@ SPECS = {
         s["model"].update(hostPath={"path": "/srv/models"}, servedName="bge"),
         s["server"].update(
             gpus=2, gpuResource="amd.com/gpu", cpu="8", memory="64Gi", replicas=3,
-            buckets=[64, 128, 256, 512, 1024, 2048], hotSet=[{"sequences": 4, "tokens": 512}],
+            graphs={"maxTokens": 2048, "maxSeqs": 16, "seqBuckets": [1, 4, 16],
+                    "hotSet": [{"sequences": 4, "tokens": 512}]},
+            attentionBackend="varlen", compile=True,
             nodeSelector={"gpu": "h200"}, priorityClassName="inference",
             tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
                          {"key": "team", "operator": "Equal", "value": "ml"}]),
@@ -148,8 +151,11 @@ def test_full_spec_reaches_pods_and_config():
     model = next(v for v in server_pod["volumes"] if v["name"] == "model")
     assert model["hostPath"] == {"path": "/srv/models", "type": "Directory"}
     server_env = children[("ConfigMap", "emb-server")]["data"]
-    assert server_env["HEDGEROW_BUCKETS"] == "64,128,256,512,1024,2048"
-    assert server_env["HEDGEROW_HOT_SET"] == "4x512"
+    assert server_env["HEDGEROW_GRAPH_MAX_TOKENS"] == "2048"
+    assert server_env["HEDGEROW_GRAPH_SEQ_BUCKETS"] == "1,4,16"
+    assert server_env["HEDGEROW_GRAPH_HOT_SET"] == "4x512"
+    assert server_env["HEDGEROW_ATTENTION_BACKEND"] == "varlen"
+    assert server_env["HEDGEROW_COMPILE"] == "true"
     gateway_env = children[("ConfigMap", "emb-gateway")]["data"]
     assert gateway_env["HEDGEROW_SERVICE_DNS"] == "emb-server.ml.svc:50051"
     assert gateway_env["HEDGEROW_SERVED_MODEL_NAME"] == "bge"
@@ -176,3 +182,42 @@ def test_settings_change_rolls_pods_through_the_config_hash():
 
 def test_builders_are_deterministic():
     assert build_all(_service("full")) == build_all(_service("full"))
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_configmaps_load_into_the_real_process_settings(spec):
+    """The ConfigMaps are the contract with `hedgerow server` and `hedgerow gateway`: every
+    key must be a setting those processes read, in a format they accept."""
+    from hedgerow import settings as settings_lib
+    from hedgerow.engine.gpu import GpuSettings
+    from hedgerow.engine.graphs import parse_hot_set
+    from hedgerow.gateway.settings import GatewaySettings
+    from hedgerow.server.settings import ServerSettings
+
+    children = _by_kind(build_all(_service(spec)))
+    server_env = children[("ConfigMap", "emb-server")]["data"]
+    known = {settings_lib.env_name(f.name) for cls in (ServerSettings, GpuSettings)
+             for f in dataclasses.fields(cls)}
+    assert set(server_env) <= known, set(server_env) - known
+    settings_lib.load(ServerSettings, None, environ=server_env)
+    gpu = settings_lib.load(GpuSettings, None, environ=server_env)
+    assert parse_hot_set(gpu.graph_hot_set, gpu.grid())
+
+    gateway_env = children[("ConfigMap", "emb-gateway")]["data"]
+    known = {settings_lib.env_name(f.name) for f in dataclasses.fields(GatewaySettings)}
+    assert set(gateway_env) <= known, set(gateway_env) - known
+    gateway = settings_lib.load(GatewaySettings, None, environ=gateway_env)
+    assert gateway.service_dns == "emb-server.ml.svc:50051"
+
+
+@pytest.mark.parametrize("graphs, buckets, hot", [
+    ({}, "1,2,4,8,16,32,64", "1x64,1x128,1x256,1x512"),
+    ({"maxSeqs": 100}, "1,2,4,8,16,32,64,100", "1x64,1x128,1x256,1x512"),
+    ({"maxTokens": 192, "maxSeqs": 1}, "1", "1x64,1x128"),
+])
+def test_graph_defaults_always_fit_the_grid(graphs, buckets, hot):
+    body = copy.deepcopy(BASE)
+    body["spec"]["server"]["graphs"] = graphs
+    env = build_server_config(parse(body))["data"]
+    assert env["HEDGEROW_GRAPH_SEQ_BUCKETS"] == buckets
+    assert env["HEDGEROW_GRAPH_HOT_SET"] == hot

@@ -60,7 +60,9 @@ def test_cross_field_rules_are_rendered_as_cel():
     spec = schema["properties"]["spec"]
     rules = [r["rule"] for r in spec["properties"]["autoscaling"]["x-kubernetes-validations"]]
     assert "self.minReplicas <= self.maxReplicas" in rules
-    assert spec["properties"]["server"]["properties"]["buckets"]["x-kubernetes-validations"]
+    graphs = spec["properties"]["server"]["properties"]["graphs"]
+    assert graphs["x-kubernetes-validations"]
+    assert graphs["properties"]["seqBuckets"]["x-kubernetes-validations"]
     assert schema["x-kubernetes-validations"], "name rules on the root"
 
 

@@ -201,7 +201,7 @@ async def _events(cluster, reason):
 
 @pytest.mark.parametrize("mutate, reason", [
     (lambda s: s["autoscaling"].update(minReplicas=6, maxReplicas=3), "InvalidAutoscaling"),
-    (lambda s: s["server"].update(buckets=[128, 64]), "InvalidBucketGrid"),
+    (lambda s: s["server"].update(graphs={"maxTokens": 1100}), "InvalidBucketGrid"),
     (lambda s: s["model"].update(persistentVolumeClaim={"claimName": "absent"},
                                  hostPath=None) or s["model"].pop("hostPath"),
      "ModelVolumeNotFound"),

@@ -40,12 +40,14 @@ def test_defaults_are_applied():
     (lambda b: b["spec"].update(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
      "InvalidAutoscaling", "minReplicas must not exceed"),
     (lambda b: b["spec"]["gateway"].update(colour="blue"), "InvalidSpec", "colour"),
-    (lambda b: b["spec"]["server"].update(buckets=[64, 100]), "InvalidBucketGrid",
-     "multiples of 64"),
-    (lambda b: b["spec"]["server"].update(buckets=[128, 64]), "InvalidBucketGrid",
-     "strictly increasing"),
-    (lambda b: b["spec"]["server"].update(buckets=[1088]), "InvalidBucketGrid",
-     "of 256 above"),
+    (lambda b: b["spec"]["server"].update(graphs={"maxTokens": 100}), "InvalidBucketGrid",
+     "multiple of 64 up to 1024"),
+    (lambda b: b["spec"]["server"].update(graphs={"maxTokens": 1088}), "InvalidBucketGrid",
+     "1024 plus a multiple of 256"),
+    (lambda b: b["spec"]["server"].update(graphs={"maxSeqs": 8, "seqBuckets": [4, 1, 8]}),
+     "InvalidBucketGrid", "strictly increasing"),
+    (lambda b: b["spec"]["server"].update(graphs={"maxSeqs": 8, "seqBuckets": [1, 4]}),
+     "InvalidBucketGrid", "must equal graphs.maxSeqs"),
     (lambda b: b["spec"]["model"].pop("path"), "InvalidSpec", "'path' is a required property"),
     (lambda b: b["spec"]["model"].update(path="models/m"), "InvalidSpec", "spec.model.path"),
     (lambda b: b["spec"]["model"].update(path="/elsewhere/m"), "InvalidModelPath",
@@ -53,9 +55,9 @@ def test_defaults_are_applied():
     (lambda b: b["spec"]["model"].update(hostPath={"path": "/srv"}), "InvalidModelSource",
      "at most one"),
     (lambda b: b["spec"]["server"].update(
-        buckets=[64, 128], hotSet=[{"sequences": 1, "tokens": 256}]), "InvalidHotSet",
-     "bucket grid"),
-    (lambda b: b["spec"]["server"].update(hotSet=[{"sequences": 128, "tokens": 64}]),
+        graphs={"maxTokens": 512, "hotSet": [{"sequences": 1, "tokens": 1024}]}),
+     "InvalidHotSet", "fit within graphs.maxTokens"),
+    (lambda b: b["spec"]["server"].update(graphs={"hotSet": [{"sequences": 32, "tokens": 16}]}),
      "InvalidHotSet", "more sequences than tokens"),
     (lambda b: b["spec"]["gateway"].update(chunkTokens=20000), "InvalidChunking",
      "chunkTokens"),
@@ -70,8 +72,9 @@ def test_bad_specs_name_the_problem(mutate, reason, fragment):
     assert fragment in caught.value.message
 
 
-def test_hot_set_on_the_grid_is_accepted():
-    body = _with(lambda b: b["spec"]["server"].update(
-        buckets=[64, 128, 256, 512, 1024, 1280, 2048],
-        hotSet=[{"sequences": 1, "tokens": 64}, {"sequences": 8, "tokens": 1280}]))
-    assert parse(body).spec["server"]["hotSet"][1]["tokens"] == 1280
+def test_graph_grid_on_the_grid_is_accepted():
+    body = _with(lambda b: b["spec"]["server"].update(graphs={
+        "maxTokens": 1280, "maxSeqs": 8, "seqBuckets": [1, 2, 8],
+        "hotSet": [{"sequences": 1, "tokens": 64}, {"sequences": 8, "tokens": 1280}]}))
+    graphs = parse(body).spec["server"]["graphs"]
+    assert graphs["hotSet"][1]["tokens"] == 1280 and graphs["memoryLimitMiB"] == 8192
