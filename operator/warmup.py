@@ -31,19 +31,26 @@ class WarmupUnavailable(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class WarmupReport:
+    """The fields of a server's /warmup the operator reads (the server reports more)."""
+
     loaded: bool
-    captured: int
-    hot_set: int
-    coverage: float
+    captured: int  # graphs captured so far, hot set or lazily
+    hot_set: int  # size of the hot set
+    hot_set_captured: int
+    coverage: float  # share of the hot set captured
+    error: str | None = None  # why loading failed, when it did
 
     @property
     def warm(self) -> bool:
         return self.loaded and (self.coverage >= 1.0 or self.hot_set == 0)
 
     def describe(self) -> str:
+        if self.error:
+            return f"model failed to load: {self.error}"[:300]
         if not self.loaded:
             return "model loading"
-        return f"{self.captured}/{self.hot_set} hot graphs captured (coverage {self.coverage:.2f})"
+        return (f"{self.hot_set_captured}/{self.hot_set} hot graphs captured "
+                f"(coverage {self.coverage:.2f})")
 
 
 def parse_report(raw: bytes) -> WarmupReport:
@@ -58,13 +65,17 @@ def parse_report(raw: bytes) -> WarmupReport:
         loaded = data["loaded"]
         captured, hot_set = int(data.get("captured", 0)), int(data.get("hot_set", 0))
         coverage = float(data.get("coverage", 0.0))
+        hot_captured = int(data.get("hot_set_captured", round(coverage * hot_set)))
     except KeyError:
         raise WarmupUnavailable("/warmup lacks the field 'loaded'") from None
     except (TypeError, ValueError) as error:
         raise WarmupUnavailable(f"/warmup has a malformed count: {error}") from None
     if not isinstance(loaded, bool):
         raise WarmupUnavailable("/warmup field 'loaded' is not a boolean")
-    return WarmupReport(loaded=loaded, captured=captured, hot_set=hot_set, coverage=coverage)
+    error = data.get("error")
+    return WarmupReport(loaded=loaded, captured=captured, hot_set=hot_set,
+                        hot_set_captured=hot_captured, coverage=coverage,
+                        error=str(error) if error else None)
 
 
 async def fetch_report(session: aiohttp.ClientSession, ip: str, port: int,

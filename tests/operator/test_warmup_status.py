@@ -12,6 +12,12 @@ def test_parse_report_and_warmth():
     assert parse_report(b'{"loaded": true, "captured": 4, "hot_set": 4, "coverage": 1.0}').warm
     assert parse_report(b'{"loaded": true, "captured": 0, "hot_set": 0, "coverage": 0}').warm
     assert not parse_report(b'{"loaded": false, "hot_set": 0}').warm
+    # What the server sends today (server/state.py): extra fields are ignored.
+    full = parse_report(b'{"loaded": true, "serving": true, "captured": 9, "hot_set": 6, '
+                        b'"hot_set_captured": 6, "coverage": 1.0, "steps": 40}')
+    assert full.warm and full.describe().startswith("6/6 hot graphs")
+    failed = parse_report(b'{"loaded": false, "serving": false, "error": "no config.json"}')
+    assert not failed.warm and "no config.json" in failed.describe()
 
 
 @pytest.mark.parametrize("raw, fragment", [
