@@ -20,10 +20,10 @@ REPEAT = 10
 REPLAYS = 15
 VARIANTS = {
     # name -> (method, max_block, num_warps)
-    "thr1024": ("threshold", 1024, None),
-    "thr1024w1": ("threshold", 1024, 1),
-    "thr4096": ("threshold", 4096, None),
-    "bit1024": ("bitonic", 1024, None),
+    "t32/1024": ("threshold32", 1024, None),
+    "t32/4096": ("threshold32", 4096, None),
+    "t64/1024": ("threshold64", 1024, None),
+    "t64/4096": ("threshold64", 4096, None),
 }
 
 
@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default="1,4,16,64,256,1024,4096")
     parser.add_argument("--cols", default="672,1344,2048,4096,8192")
     parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated subset of " + ", ".join(VARIANTS))
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/topk.py needs CUDA", file=sys.stderr)
@@ -61,9 +63,10 @@ def main(argv=None) -> int:
     rows_list = [int(x) for x in args.rows.split(",")]
     cols_list = [int(x) for x in args.cols.split(",")]
     k = args.k
+    variants = {name: VARIANTS[name] for name in args.variants.split(",")}
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, k={k}, float32, "
           f"microseconds per call (median of {REPLAYS} graph replays of {REPEAT} calls)")
-    names = ["torch.topk", "topk()", *VARIANTS]
+    names = ["torch.topk", "topk()", *variants]
     print("| rows | cols | " + " | ".join(names) + " | best kernel | torch.topk / best |")
     print("|" + "---|" * (len(names) + 4))
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -74,10 +77,10 @@ def main(argv=None) -> int:
                 "torch.topk": time_graph(lambda: torch.topk(scores, k, dim=1)),
                 "topk()": time_graph(lambda: topk(scores, k)),
             }
-            for name, (method, max_block, warps) in VARIANTS.items():
+            for name, (method, max_block, warps) in variants.items():
                 config = choose_config(cols, k, method, max_block, warps)
                 results[name] = time_graph(lambda c=config: topk_triton(scores, k, config=c))
-            best = min(VARIANTS, key=results.get)
+            best = min(["topk()", *variants], key=results.get)
             ratio = results["torch.topk"] / results[best]
             flag = " (torch.topk faster)" if ratio < 1 else ""
             cells = " | ".join(f"{results[n]:.1f}" for n in names)

@@ -4,17 +4,20 @@ Owns the kernel, its launch configurations and the launcher. It does not know ab
 op, graph capture or argument checking (kernels/topk.py) and assumes valid arguments.
 
 Every column gets the reference's 64-bit key (order-preserving float32 score bits above the
-inverted column index), so all keys of a row are distinct and "top-k keys" is exact. Two
-methods, picked per launch (see `choose_config`):
+inverted column index), so all keys of a row are distinct and "top-k keys" is exact. Three
+methods (see `choose_config`; kernels.topk uses `auto_config`, always threshold32):
 
-- "threshold" (after the warp-per-row design in seeds/001): pass 1 streams the row in chunks of
-  BLOCK and keeps an elementwise running max, then folds it to LANES lane maxima (lane = column
-  mod LANES). The k-th largest lane maximum `t` is a lower bound for the k-th largest key: at
-  least k keys (those lane maxima) are >= t. Pass 2 keeps only keys >= t, compacts them into a
-  per-row scratch of CAP slots (positions from a prefix sum, so slot order is column order) and
-  ranks them with a bitonic top-k. For random data about k + k*k/(2*LANES) keys survive. If more
-  than CAP survive (adversarial rows, e.g. values periodic in LANES), the row falls back to the
-  exact "bitonic" method below, so the result never depends on the data's shape.
+- "threshold32" (after the warp-per-row design in seeds/001): pass 1 streams the row in chunks
+  of BLOCK keeping an elementwise running max of the 32-bit score bits, folded into LANES lane
+  maxima (lane = column mod LANES); t is the k-th largest lane maximum, so at least k columns
+  score >= t and every top-k column does. Pass 2 compacts the columns scoring above t into CAP
+  scratch slots and the first CAP columns scoring exactly t (in column order: positions come
+  from a prefix sum, so ties at t keep the lowest indices) into CAP more, then ranks those keys
+  with a bitonic top-k. If more than CAP columns score above t (adversarial rows, e.g. the best
+  values periodic in LANES), the row falls back to the exact "bitonic" method, so results never
+  depend on the data's shape, only the time does.
+- "threshold64": the same with 64-bit keys in both passes (keys >= t survive; no tie split).
+  Exact too; slower, kept for comparison.
 - "bitonic": stream the row in chunks, take each chunk's top KPAD keys with `tl.topk` (a bitonic
   top-k network) and merge them into a running top KPAD. One pass, no scratch, more compute.
 
@@ -34,12 +37,14 @@ from .topk_reference import SENTINEL_KEY
 
 _SENTINEL = tl.constexpr(SENTINEL_KEY)
 MAX_K = 64  # the largest k the kernel handles; kernels.topk sorts past it
-METHODS = ("threshold", "bitonic")
+# below every column's order-preserving score bits (those of -inf are -2139095041)
+_MIN32 = tl.constexpr(-2147483647)
+METHODS = ("threshold32", "threshold64", "bitonic")
 
 
 @triton.jit
-def _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced):
-    """int64 keys of columns `offs` of one row; SENTINEL_KEY at or past the valid length n."""
+def _row_ordered(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced):
+    """int32 order-preserving score bits of columns `offs` of one row; _MIN32 at or past n."""
     in_row = offs < n
     x = tl.load(scores_ptr + row * stride_s + offs, mask=in_row, other=0.0).to(tl.float32)
     x = tl.where(x != x, float("-inf"), x)  # NaN -> -inf
@@ -48,9 +53,21 @@ def _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forc
     f = tl.load(forced_ptr + row * stride_f + offs, mask=offs < n * has_forced, other=0)
     x = tl.where(f != 0, float("inf"), x)
     bits = x.to(tl.int32, bitcast=True)
-    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
-    keys = (ordered << 32) | (0x7FFFFFFF - offs).to(tl.int64)
-    return tl.where(in_row, keys, _SENTINEL)
+    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return tl.where(in_row, ordered, _MIN32)
+
+
+@triton.jit
+def _keys_of(ordered, offs):
+    """int64 keys from int32 ordered bits: the bits above the inverted column index."""
+    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
+
+
+@triton.jit
+def _row_keys(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced):
+    """int64 keys of columns `offs` of one row; SENTINEL_KEY at or past the valid length n."""
+    ordered = _row_ordered(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced)
+    return tl.where(offs < n, _keys_of(ordered, offs), _SENTINEL)
 
 
 @triton.jit
@@ -80,6 +97,53 @@ def _topk_kernel(
         n = tl.minimum(tl.maximum(tl.load(valid_ptr + row), 0), cols).to(tl.int32)
 
     if METHOD == 0:
+        # pass 1: per-lane maxima of the 32-bit score bits (lane = column mod LANES); t is the
+        # k-th largest. Columns above t all survive; columns equal to t tie on score and only
+        # the lowest-indexed ones can be needed, so the first CAP of them (column order) survive.
+        running32 = tl.full([BLOCK], _MIN32, tl.int32)
+        for start in range(0, n, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            running32 = tl.maximum(running32, _row_ordered(
+                scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f, has_forced))
+        lanes32 = tl.max(tl.reshape(running32, [BLOCK // LANES, LANES]), axis=0)
+        lane_top32 = tl.topk(lanes32, KPAD)
+        slot = tl.arange(0, KPAD)
+        t32 = tl.max(tl.where(slot == k - 1, lane_top32, _MIN32), axis=0)
+        # pass 2: above-t keys go to scratch slots [0, CAP), at-t keys to [CAP, 2 CAP)
+        above = tl.full([], 0, tl.int32)
+        at = tl.full([], 0, tl.int32)
+        for start in range(0, n, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            ordered = _row_ordered(scores_ptr, forced_ptr, row, offs, n, stride_s, stride_f,
+                                   has_forced)
+            in_row = offs < n
+            is_above = ((ordered > t32) & in_row).to(tl.int32)
+            is_at = ((ordered == t32) & in_row).to(tl.int32)
+            packed = tl.sum(is_above + (is_at << 16), axis=0)  # BLOCK < 2**16
+            found_above = packed & 0xFFFF
+            found_at = packed >> 16
+            if packed != 0:
+                keys = _keys_of(ordered, offs)
+                base = scratch_ptr + row * (2 * CAP)
+                if found_above > 0:
+                    pos = above + tl.cumsum(is_above, axis=0) - 1
+                    tl.store(base + pos, keys, mask=(is_above != 0) & (pos < CAP))
+                if found_at > 0:
+                    pos = at + tl.cumsum(is_at, axis=0) - 1
+                    tl.store(base + CAP + pos, keys, mask=(is_at != 0) & (pos < CAP))
+            above += found_above
+            at += found_at
+        tl.debug_barrier()
+        if above <= CAP:
+            slots = tl.arange(0, 2 * CAP)
+            filled = tl.where(slots < CAP, slots < above, slots - CAP < at)
+            candidates = tl.load(scratch_ptr + row * (2 * CAP) + slots, mask=filled,
+                                 other=_SENTINEL, cache_modifier=".cg")
+            best = tl.topk(candidates, KPAD)
+        else:
+            best = _bitonic_top(scores_ptr, forced_ptr, row, n, stride_s, stride_f, has_forced,
+                                FALLBACK_BLOCK, KPAD)
+    elif METHOD == 1:
         # pass 1: per-lane maxima (lane = column mod LANES) and the threshold t
         running = tl.full([BLOCK], _SENTINEL, tl.int64)
         for start in range(0, n, BLOCK):
@@ -147,20 +211,21 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, x - 1).bit_length()
 
 
-def choose_config(cols: int, k: int, method: str = "threshold", max_block: int = 1024,
+def choose_config(cols: int, k: int, method: str = "threshold32", max_block: int = 1024,
                   num_warps: int | None = None) -> Config:
     """The launch configuration for rows of `cols` columns and a given k (1 <= k <= MAX_K).
 
     KPAD is k rounded up to 16, 32 or 64; LANES = CAP = 4 * KPAD. BLOCK, the chunk a row
     streams in, comes from few buckets so few variants compile: LANES for rows that short, 256,
-    then `max_block` (a power of two, at least 256).
+    then `max_block` (a power of two from 256 to 32768).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if not 1 <= k <= MAX_K:
         raise ValueError(f"the kernel handles 1 <= k <= {MAX_K}, got {k}")
-    if max_block < 256 or max_block & (max_block - 1):
-        raise ValueError(f"max_block must be a power of two >= 256, got {max_block}")
+    if max_block < 256 or max_block > 32768 or max_block & (max_block - 1):
+        # threshold32 packs two per-chunk counts into one int32 sum: BLOCK < 2**16
+        raise ValueError(f"max_block must be a power of two in [256, 32768], got {max_block}")
     kpad = max(16, _pow2_at_least(k))
     lanes = 4 * kpad
     block = lanes if cols <= lanes else 256 if cols <= 256 else max_block
@@ -168,6 +233,17 @@ def choose_config(cols: int, k: int, method: str = "threshold", max_block: int =
     if num_warps is None:
         num_warps = 1 if block <= 256 else 4 if block <= 2048 else 8
     return Config(method, block, kpad, lanes, lanes, num_warps, min(block, 1024))
+
+
+def auto_config(rows: int, cols: int, k: int) -> Config:
+    """The configuration kernels.topk uses, from the H200 benchmark (docs/kernels.md).
+
+    threshold32 everywhere. Few long rows keep a whole row of up to 4096 columns per chunk
+    (8 warps, fewer passes, lower latency); many rows stream 1024-column chunks, 4 warps each,
+    which keeps more rows in flight per multiprocessor.
+    """
+    max_block = 4096 if rows <= 256 and cols > 2048 else 1024
+    return choose_config(cols, k, "threshold32", max_block)
 
 
 def topk_triton(
@@ -185,13 +261,15 @@ def topk_triton(
     """
     rows, cols = scores.shape
     if config is None:
-        config = choose_config(cols, k)
+        config = auto_config(rows, cols, k)
     index = torch.empty((rows, k), dtype=torch.int64, device=scores.device)
     values = torch.empty((rows, k), dtype=scores.dtype, device=scores.device)
     if rows == 0:
         return index, values
+    # per-row survivor slots: CAP for threshold64, 2 * CAP (above t, at t) for threshold32
+    slots = {"threshold32": 2 * config.cap, "threshold64": config.cap, "bitonic": 1}
     scratch = torch.empty(
-        (rows if config.method == "threshold" else 1, config.cap),
+        (rows if config.method != "bitonic" else 1, slots[config.method]),
         dtype=torch.int64, device=scores.device,
     )
     # Absent arguments get a placeholder of the same pointer type; has_valid/has_forced = 0 keep

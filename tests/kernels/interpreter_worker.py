@@ -36,13 +36,14 @@ def assert_same(got, want):
     assert got[1].dtype == want[1].dtype
 
 
-def survivors(keys: torch.Tensor, k: int, lanes: int) -> int:
-    """How many keys of one row pass the threshold method's filter (the kernel's pass 2)."""
-    cols = keys.shape[0]
-    padded = torch.cat([keys, keys.new_full(((-cols) % lanes,), keys.min().item() - 1)])
+def above_threshold(keys: torch.Tensor, k: int, lanes: int) -> int:
+    """How many columns of one row score above threshold32's t (more than CAP: fallback)."""
+    bits = keys >> 32  # the 32-bit order-preserving score bits
+    cols = bits.shape[0]
+    padded = torch.cat([bits, bits.new_full(((-cols) % lanes,), bits.min().item() - 1)])
     lane_max = padded.view(-1, lanes).max(dim=0).values
     t = lane_max.sort(descending=True).values[k - 1]
-    return int((keys >= t).sum())
+    return int((bits > t).sum())
 
 
 def check_case(case):
@@ -51,14 +52,16 @@ def check_case(case):
                 topk_reference(scores, k, valid, forced))
 
 
-def check_bitonic():
-    for cols in (7, 130, 1000, 2100):
-        for k in (1, 16, 33):
-            g = torch.Generator().manual_seed(cols + k)
-            scores = torch.randint(0, 5, (2, cols), generator=g).to(torch.float16)
-            config = topk_triton.choose_config(cols, k, method="bitonic")
-            assert_same(topk_triton.topk_triton(scores, k, config=config),
-                        topk_reference(scores, k))
+def check_other_methods():
+    for method in ("threshold64", "bitonic"):
+        for cols in (7, 130, 1000, 2100):
+            for k in (1, 16, 33):
+                g = torch.Generator().manual_seed(cols + k)
+                scores = torch.randint(0, 5, (2, cols), generator=g).to(torch.float16)
+                scores[1] = torch.randn(cols, generator=g)
+                config = topk_triton.choose_config(cols, k, method=method)
+                assert_same(topk_triton.topk_triton(scores, k, config=config),
+                            topk_reference(scores, k))
 
 
 def check_periodic_fallback():
@@ -67,7 +70,7 @@ def check_periodic_fallback():
     col = torch.arange(cols)
     scores = torch.where(col % 64 == 5, 10.0 + col / cols, col / cols)[None, :]
     config = topk_triton.choose_config(cols, k)
-    assert survivors(order_keys(scores)[0], k, config.lanes) > config.cap
+    assert above_threshold(order_keys(scores)[0], k, config.lanes) > config.cap
     assert_same(topk_triton.topk_triton(scores, k, config=config), topk_reference(scores, k))
 
 
@@ -75,7 +78,7 @@ def check_random_takes_threshold_path():
     cols, k = 5003, 16
     scores = torch.randn(1, cols, generator=torch.Generator().manual_seed(9))
     config = topk_triton.choose_config(cols, k)
-    assert survivors(order_keys(scores)[0], k, config.lanes) <= config.cap
+    assert above_threshold(order_keys(scores)[0], k, config.lanes) <= config.cap
     assert_same(topk_triton.topk_triton(scores, k, config=config), topk_reference(scores, k))
 
 
@@ -102,7 +105,7 @@ def check_valid_lengths_are_clamped():
 
 
 EXTRA_CHECKS = {
-    "bitonic_method": check_bitonic,
+    "threshold64_and_bitonic_methods": check_other_methods,
     "periodic_rows_take_the_fallback": check_periodic_fallback,
     "random_rows_take_the_threshold_path": check_random_takes_threshold_path,
     "split_then_merge_on_the_kernel": check_split_merge,

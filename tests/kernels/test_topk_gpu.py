@@ -2,7 +2,7 @@
 
 Every case of conftest.gpu_cases() (widths 1 to 12,288 at odd sizes, every pattern, all three
 dtypes, k from 1 to 64, valid lengths of 0 and past the row, forced columns) runs through the
-public op and through each launch configuration the benchmark compares, and must equal the CPU
+public op and through each launch configuration the benchmark compares (separately, so a failure names it), and must equal the CPU
 reference bit for bit. Skipped without CUDA.
 """
 
@@ -19,8 +19,8 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-# (method, max_block, num_warps); None = choose_config's default for that block
-CONFIGS = (("threshold", 1024, None), ("bitonic", 1024, None), ("threshold", 4096, None))
+# (method, max_block); the bitonic method runs here as threshold's fallback (periodic rows)
+CONFIGS = (("threshold32", 1024), ("threshold32", 4096), ("threshold64", 1024))
 
 
 def on_cuda(*tensors):
@@ -35,16 +35,20 @@ def assert_same(got, want):
     assert got[1].dtype == want[1].dtype
 
 
-def test_kernel_matches_reference(gpu_case, make_case):
+def test_public_op_matches_reference(gpu_case, make_case):
+    scores, k, valid, forced = make_case(gpu_case)
+    want = topk_reference(scores, k, valid, forced)
+    assert_same(topk(*on_cuda(scores), k, *on_cuda(valid, forced)), want)
+
+
+@pytest.mark.parametrize(("method", "max_block"), CONFIGS)
+def test_each_configuration_matches_reference(gpu_case, make_case, method, max_block):
     from hedgerow.kernels.topk_triton import choose_config, topk_triton
 
     scores, k, valid, forced = make_case(gpu_case)
     want = topk_reference(scores, k, valid, forced)
-    d_scores, d_valid, d_forced = on_cuda(scores, valid, forced)
-    assert_same(topk(d_scores, k, d_valid, d_forced), want)
-    for method, max_block, warps in CONFIGS:
-        config = choose_config(scores.shape[1], k, method, max_block, warps)
-        assert_same(topk_triton(d_scores, k, d_valid, d_forced, config), want)
+    config = choose_config(scores.shape[1], k, method, max_block)
+    assert_same(topk_triton(*on_cuda(scores), k, *on_cuda(valid, forced), config), want)
 
 
 @pytest.mark.parametrize("k", [65, 100, 300])
