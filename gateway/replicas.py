@@ -34,6 +34,11 @@ CHANNEL_OPTIONS = (
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.enable_retries", 0),  # the router retries on another replica instead
+    # A restarted server is found again within about two seconds, not after gRPC's default
+    # reconnect backoff, which grows to two minutes.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
 InfoCallback = Callable[["Replica", embed_pb2.InfoResponse], None]

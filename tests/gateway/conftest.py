@@ -65,7 +65,7 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
 class StandIn:
     """A gRPC server on loopback speaking the Embedder proto with trivial math."""
 
-    def __init__(self, health_servicer=None) -> None:
+    def __init__(self, health_servicer=None, port: int = 0) -> None:
         """`health_servicer` replaces the standard grpc.health.v1 servicer when given."""
         self.lock = threading.Lock()
         self.calls = 0
@@ -77,7 +77,7 @@ class StandIn:
         embed_pb2_grpc.add_EmbedderServicer_to_server(StandInEmbedder(self), self.server)
         self.health = health_servicer or health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         self.address = f"127.0.0.1:{self.port}"
         if health_servicer is None:
             self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -125,7 +125,9 @@ def gateway_factory(standins):
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
-        wait_ready(client, len(servers) if ready is None else ready)
+        ready = len(servers) if ready is None else ready
+        if ready:
+            wait_ready(client, ready)
         return client
 
     yield make

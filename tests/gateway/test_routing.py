@@ -193,3 +193,18 @@ def test_a_server_without_health_watch_is_polled(gateway_factory):
         assert answer.status_code == 200, answer.text
     finally:
         server.stop()
+
+
+def test_a_server_that_starts_after_the_gateway_joins_traffic(gateway_factory):
+    import tests.gateway.conftest as helpers
+
+    port = helpers.free_port()
+    client = gateway_factory(servers=[f"127.0.0.1:{port}"], ready=0)
+    assert client.post("/v1/embeddings", json={"model": MODEL, "input": "x"}).status_code == 503
+    late = helpers.StandIn(port=port)
+    try:
+        helpers.wait_ready(client, 1)
+        answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "late"})
+        assert answer.status_code == 200, answer.text
+    finally:
+        late.stop()
