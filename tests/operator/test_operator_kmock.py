@@ -222,3 +222,23 @@ async def test_invalid_resource_gets_a_clear_condition_and_no_children(cluster, 
         listing = await cluster.get(f"{cluster.child_path(api_version, plural, '')}".rstrip("/"))
         assert not [item for item in listing.get("items", [])
                     if item["metadata"]["name"].startswith("bad")], plural
+
+
+async def test_spec_turning_invalid_keeps_the_last_good_children(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+    await cluster.eventually(lambda: _all_children(cluster), "every child")
+    spec = copy.deepcopy(cluster.resource("emb")["spec"])
+    spec["server"]["image"] = "registry.example/hedgerow-server:broken"
+    spec["autoscaling"].update(minReplicas=9, maxReplicas=3)
+    await cluster.patch(f"{cluster.cr_path}/emb", {"metadata": {"generation": 2}, "spec": spec})
+
+    async def rejected():
+        cond = await _condition(cluster, "emb", "Ready")
+        return cond if cond and cond["reason"] == "InvalidAutoscaling" else None
+
+    cond = await cluster.eventually(rejected, "Ready=False InvalidAutoscaling")
+    assert cond["observedGeneration"] == 2 and "minReplicas" in cond["message"]
+    deployment = await cluster.get(cluster.child_path("apps/v1", "deployments", "emb-server"))
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example/hedgerow-server:1", "the last good spec keeps serving"
+    assert await _all_children(cluster), "no child was removed"
