@@ -87,9 +87,9 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
             if await ctx.kube.delete(child.api_version, child.kind, service.namespace,
                                      child.name):
                 logger.info("deleted %s %s", child.kind, child.name)
+        await observe(ctx, service, body, patch, generation)
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
-    await observe(ctx, service, body, patch, generation)
 
 
 async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
