@@ -6,8 +6,11 @@ status are written by the test, as the kubelet and the Deployment controller wou
 
 import copy
 import datetime
+from pathlib import Path
 
+import kubernetes_validate
 import pytest
+import yaml
 
 from hedgerow.operator import names
 
@@ -242,3 +245,44 @@ async def test_spec_turning_invalid_keeps_the_last_good_children(cluster):
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example/hedgerow-server:1", "the last good spec keeps serving"
     assert await _all_children(cluster), "no child was removed"
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+async def test_examples_reconcile_into_valid_children(cluster, path):
+    body = yaml.safe_load(path.read_text())
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    body["metadata"].update(uid=f"uid-{name}", generation=1, resourceVersion="1")
+    claim = body["spec"]["model"].get("persistentVolumeClaim")
+    if claim:
+        await cluster.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim["claimName"], "namespace": namespace,
+                         "resourceVersion": "1"},
+            "spec": {"accessModes": ["ReadOnlyMany"],
+                     "resources": {"requests": {"storage": "20Gi"}}}})
+    await cluster.post(f"/apis/hedgerow.dev/v1alpha1/namespaces/{namespace}/embeddingservices",
+                       body)
+    wanted = [("v1", "configmaps", f"{name}-server"), ("v1", "configmaps", f"{name}-gateway"),
+              ("v1", "services", f"{name}-server"), ("v1", "services", name),
+              ("apps/v1", "deployments", f"{name}-server"),
+              ("apps/v1", "deployments", f"{name}-gateway"),
+              ("policy/v1", "poddisruptionbudgets", f"{name}-server"),
+              ("policy/v1", "poddisruptionbudgets", f"{name}-gateway")]
+    if body["spec"].get("autoscaling", {}).get("enabled"):
+        wanted.append(("autoscaling/v2", "horizontalpodautoscalers", f"{name}-server"))
+
+    async def children():
+        found = []
+        for api_version, plural, child in wanted:
+            base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            obj = await cluster.get(f"{base}/namespaces/{namespace}/{plural}/{child}")
+            if obj is None:
+                return None
+            found.append(obj)
+        return found
+
+    for obj in await cluster.eventually(children, f"the children of {path.name}"):
+        kubernetes_validate.validate(obj, "1.33.0", strict=True)
