@@ -120,7 +120,7 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> dict[str, torch.Tensor
     _check_shape(out["word_embeddings.weight"], (config.vocab_size, config.hidden_size),
                  "embeddings.word_embeddings.weight")
     renames = {"attn_out": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
-               "up": "intermediate.dense", "down": "output.dense", "mlp_norm": "output.LayerNorm"}
+               "up.0": "intermediate.dense", "down": "output.dense", "mlp_norm": "output.LayerNorm"}
     for i in range(config.num_layers):
         src, dst = f"encoder.layer.{i}.", f"layers.{i}."
         for kind in ("weight", "bias"):

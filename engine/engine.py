@@ -16,6 +16,7 @@ import torch
 
 from hedgerow.engine.attention import Attention, CpuRaggedAttention
 from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.cpu_linear import onednn_available, use_onednn_linears
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.loader import LoadedModel, load_model
 from hedgerow.engine.pooling import pool
@@ -69,12 +70,19 @@ class Engine:
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", dtype: str = "float32",
              causal: bool | None = None, attention: Attention | None = None,
-             gpu_settings: "GpuSettings | None" = None) -> "Engine":
+             gpu_settings: "GpuSettings | None" = None, cpu_linear: str = "onednn") -> "Engine":
         """Load a model directory (raises ModelLoadError). `attention` defaults to the CPU
         ragged backend; on a CUDA device (and no `attention` given) steps go through the
-        CUDA step path of gpu.py, configured by `gpu_settings`."""
+        CUDA step path of gpu.py, configured by `gpu_settings`. On the CPU, `cpu_linear`
+        "onednn" runs dense layers through oneDNN where it works (cpu_linear.py), "torch"
+        keeps torch's default kernels."""
         with step(log, "engine.load", path=str(path), device=device, dtype=dtype):
             loaded = load_model(path, device=device, dtype=dtype, causal=causal)
+            if (loaded.device.type == "cpu" and cpu_linear == "onednn"
+                    and onednn_available(loaded.dtype)):
+                swapped = use_onednn_linears(loaded.model)
+                log.info("%s", fields(event="engine.cpu_linear", kernel="onednn",
+                                      layers=swapped))
         gpu = None
         if loaded.device.type == "cuda" and attention is None:
             from hedgerow.engine.gpu import GpuSettings, stepper_for

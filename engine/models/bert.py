@@ -11,18 +11,17 @@ added on the device to the 0-based per-sequence positions the caller passes in.
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hedgerow.engine.attention import Attention
 
 _ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
+    "gelu": lambda: nn.GELU(),
+    "gelu_new": lambda: nn.GELU(approximate="tanh"),
+    "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
+    "gelu_fast": lambda: nn.GELU(approximate="tanh"),
+    "relu": lambda: nn.ReLU(),
+    "silu": lambda: nn.SiLU(),
 }
 BERT_ACTIVATIONS = tuple(_ACTIVATIONS)
 
@@ -56,11 +55,11 @@ class BertLayer(nn.Module):
         h, i = config.hidden_size, config.intermediate_size
         self.num_heads, self.head_dim = config.num_heads, config.head_dim
         self.eps = config.layer_norm_eps
-        self.act = _ACTIVATIONS[config.hidden_act]
         self.qkv = nn.Linear(h, 3 * h)
         self.attn_out = nn.Linear(h, h)
         self.attn_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
-        self.up = nn.Linear(h, i)
+        # Linear then activation as one Sequential: a backend may fuse the pair (see cpu_linear).
+        self.up = nn.Sequential(nn.Linear(h, i), _ACTIVATIONS[config.hidden_act]())
         self.down = nn.Linear(i, h)
         self.mlp_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
 
@@ -70,7 +69,7 @@ class BertLayer(nn.Module):
         qkv = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim)
         a = attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, max_seqlen, False)
         x = self.attn_norm(x + self.attn_out(a.reshape(tokens, -1)))
-        return self.mlp_norm(x + self.down(self.act(self.up(x))))
+        return self.mlp_norm(x + self.down(self.up(x)))
 
 
 class BertModel(nn.Module):
