@@ -10,6 +10,7 @@ import time
 
 import httpx
 import numpy as np
+import openai
 import pytest
 from openai import OpenAI
 
@@ -21,10 +22,17 @@ MODEL = "all-MiniLM-L6-v2"
 import tests.gateway.conftest as conftest  # noqa: E402  (process helpers)
 
 
+KEY = "sk-hedgerow-test"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    servers, gateway = conftest.start_stack(tmp_path_factory.mktemp("stack"), 2,
-                                            "--chunk-tokens", "256")
+    directory = tmp_path_factory.mktemp("stack")
+    (directory / "keys").write_text(f"# test key\n{KEY}\n")
+    servers, gateway = conftest.start_stack(
+        directory, 2, "--chunk-tokens", "256", "--max-request-tokens", "20000",
+        "--api-keys-file", str(directory / "keys"))
     yield servers, gateway
     assert gateway.stop() == 0, gateway.log_text()
     for server in servers:
@@ -44,9 +52,9 @@ def cosines(a, b):
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-def embed(url, texts, **extra):
+def embed(url, texts, headers=AUTH, **extra):
     answer = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": texts, **extra},
-                        timeout=120)
+                        headers=headers, timeout=120)
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -78,13 +86,13 @@ def test_300_texts_are_chunked_over_both_servers_and_come_back_in_order(stack, r
     gained = [server.metric("hedgerow_tokens_total") - b for server, b in zip(servers, before)]
     assert all(tokens > 0 for tokens in gained), gained
     assert sum(gained) == body["usage"]["prompt_tokens"]
-    chunks = httpx.get(gateway.url + "/metrics").text
+    chunks = httpx.get(gateway.url + "/metrics").text  # /metrics needs no key
     assert chunks.count('hedgerow_chunks_total{') >= 2  # OK chunks counted per replica
 
 
 def test_the_openai_client_works_in_float_and_base64(stack, reference):
     _, gateway = stack
-    client = OpenAI(base_url=gateway.url + "/v1", api_key="not-needed")
+    client = OpenAI(base_url=gateway.url + "/v1", api_key=KEY)
     expected = reference(TEXTS[:2])
     as_floats = client.embeddings.create(model=MODEL, input=TEXTS[:2], encoding_format="float")
     got = np.array([item.embedding for item in as_floats.data])
@@ -111,6 +119,7 @@ def test_base64_is_little_endian_float32(stack):
 
 BAD = [
     (b"{oops", 400, None),
+    ([101, 102], 400, None),  # the body is a list, not an object
     (b'{"model": "all-MiniLM-L6-v2", "input": "caf\xe9"}', 400, None),
     ({"model": MODEL, "input": []}, 400, "input"),
     ({"model": MODEL, "input": ""}, 400, "input"),
@@ -122,6 +131,7 @@ BAD = [
     ({"model": MODEL, "input": ["x"] * 3000}, 400, "input"),
     ({"model": MODEL, "input": "hedge " * 300}, 400, "input"),  # over the model's 256 tokens
     ({"model": MODEL, "input": [101, 99999, 102]}, 400, "input"),
+    ({"model": MODEL, "input": ["hedge " * 100] * 250}, 400, "input"),  # > 20000 per request
 ]
 
 
@@ -129,9 +139,9 @@ BAD = [
 def test_bad_input_gets_its_status_and_shape_from_the_real_stack(stack, body, status, param):
     _, gateway = stack
     if isinstance(body, bytes):
-        answer = httpx.post(gateway.url + "/v1/embeddings", content=body)
+        answer = httpx.post(gateway.url + "/v1/embeddings", content=body, headers=AUTH)
     else:
-        answer = httpx.post(gateway.url + "/v1/embeddings", json=body)
+        answer = httpx.post(gateway.url + "/v1/embeddings", json=body, headers=AUTH)
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
@@ -140,9 +150,23 @@ def test_bad_input_gets_its_status_and_shape_from_the_real_stack(stack, body, st
 
 def test_oversized_body_is_413(stack):
     _, gateway = stack
-    answer = httpx.post(gateway.url + "/v1/embeddings", content=b"x" * (16 * 1024 * 1024 + 1))
+    answer = httpx.post(gateway.url + "/v1/embeddings", content=b"x" * (16 * 1024 * 1024 + 1),
+                        headers=AUTH)
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "body_too_large"
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer sk-wrong"}])
+def test_a_missing_or_wrong_api_key_is_401(stack, headers):
+    _, gateway = stack
+    answer = httpx.post(gateway.url + "/v1/embeddings", json={"model": MODEL, "input": "x"},
+                        headers=headers)
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "invalid_api_key"
+    client = OpenAI(base_url=gateway.url + "/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as raised:
+        client.embeddings.create(model=MODEL, input="x")
+    assert raised.value.status_code == 401
 
 
 def test_killing_a_server_under_load_loses_no_request(tmp_path):
