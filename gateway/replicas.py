@@ -3,7 +3,7 @@
 Owns discovery (a static list, or a headless Service's DNS name re-resolved periodically), one
 gRPC channel per server, and one health watcher per server: it follows the standard
 `grpc.health.v1` Watch stream (polling Check when a server does not implement Watch), fetches
-the server's Info once it is SERVING, and only then counts the server as ready. A server whose
+the server's Info each time it turns SERVING, and only then counts the server as ready. A server whose
 call just failed is suspected: it leaves traffic until its health is confirmed again. Also owns
 each server's in-flight token count, which the router reads. Knows nothing about HTTP, chunks
 or tokenizers.
@@ -97,7 +97,8 @@ class Replica:
         return True
 
     async def _apply(self, status: int) -> None:
-        if status == SERVING and self.info is None and not await self._fetch_info():
+        # Info is asked on every turn to SERVING: a restarted server may serve another version.
+        if status == SERVING and not self._serving and not await self._fetch_info():
             self._set_serving(False)
             return
         self._set_serving(status == SERVING)

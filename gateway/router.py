@@ -140,7 +140,8 @@ class Router:
                 self._metrics.chunks.labels(replica.address, code.name).inc()
                 if code == grpc.StatusCode.UNAVAILABLE:
                     replica.suspect(error.details() or code.name)
-                if code in RETRYABLE and len(tried) == 1 and self.choose_would_find(tried):
+                another = least_loaded(self._replicas.ready(), tried) is not None
+                if code in RETRYABLE and len(tried) == 1 and another:
                     self._metrics.retries.labels(code.name).inc()
                     log.info("%s", fields(event="chunk.retry", replica=replica.address,
                                           code=code.name, sequences=chunk.size,
@@ -149,9 +150,6 @@ class Router:
                 raise self._translate(error, replica) from None
             self._metrics.chunks.labels(replica.address, "OK").inc()
             return decode_embeddings(response, chunk.size)
-
-    def choose_would_find(self, exclude: Sequence[Replica]) -> bool:
-        return least_loaded(self._replicas.ready(), exclude) is not None
 
     async def _call(self, replica: Replica, request: embed_pb2.EmbedRequest, tokens: int,
                     timeout: float) -> embed_pb2.EmbedResponse:
