@@ -208,3 +208,34 @@ def test_a_server_that_starts_after_the_gateway_joins_traffic(gateway_factory):
         assert answer.status_code == 200, answer.text
     finally:
         late.stop()
+
+
+def test_a_large_tokenization_does_not_stall_a_small_request(standins, gateway_factory):
+    """The big request's tokenization is held mid-way in its thread; a small request still
+    completes, so the event loop was never blocked by it."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = gateway_factory()
+    tokenizer = client.app.state.service.tokenizer
+    entered, release = threading.Event(), threading.Event()
+    original = tokenizer.encode_sync
+
+    def held(texts, *args):
+        if len(texts) > 10:
+            entered.set()
+            assert release.wait(30)
+        return original(texts, *args)
+
+    tokenizer.encode_sync = held
+    with ThreadPoolExecutor(1) as pool:
+        big = pool.submit(client.post, "/v1/embeddings",
+                          json={"model": MODEL, "input": ["a long document " * 20] * 200})
+        try:
+            assert entered.wait(30)
+            small = client.post("/v1/embeddings", json={"model": MODEL, "input": "small"})
+            assert small.status_code == 200
+            assert not big.done()
+        finally:
+            release.set()
+        assert big.result(60).status_code == 200
