@@ -1,7 +1,7 @@
 """The GPU engine alone against `transformers` eager, random weights of real shapes, bf16.
 
     python -P benchmarks/engine_gpu.py [--out DIR] [--models DIR] [--attention-sweep]
-                                       [--only bge-m3] [--quick]
+                                       [--compile] [--analysis] [--only bge-m3] [--quick]
 
 Runs on any CUDA machine; the issue's targets are for one H200. In order:
 
@@ -9,7 +9,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
    64, bidirectional; Qwen3-0.6B: 16/8 heads of 128, causal and bidirectional) over
    (batch, length) cells, each call timed as a CUDA-graph replay; writes the choice table to
    OUT/attention_table.json and into the installed package, so the engine below uses it.
-2. Per model shape (directories written by benchmarks/models.py, bf16, random weights):
+2. Per model shape (directories written by benchmarks/models.py, bf16, random weights), the
+   engine with graphs and without torch.compile first:
    - a correctness gate first: our pooled embeddings (bf16, one ragged batch) against
      `transformers` in float32 on the same weights, one sequence at a time; cosine >= 0.999;
    - hot-set warmup: capture time and graph memory;
@@ -21,9 +22,11 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      [100, 512] batch;
    - overlap: CUDA events on the engine stream around 50 back-to-back 1 x 512 steps and the
      8192-budget bulk run give the device's idle time between steps;
-   - sequence-count buckets against exact counts: replay time of the same batch in a graph
-     with B slots and with the next power of two;
-   - a kernel profile of one eager forward (count and top kernels) at 128 and 8192 tokens.
+   - with `--compile`, after both models: the engine's default (torch.compile under the
+     graphs): gate, latency and 8192-budget bulk throughput;
+   - with `--analysis`: sequence-count buckets against exact counts (the same batch in a
+     graph with B slots and with the next power of two) and a kernel profile of one eager
+     forward (count and top kernels) at 128 and 8192 tokens.
 Writes OUT/engine_gpu.json and prints a table last. Numbers depend on the GPU and its clocks.
 """
 
@@ -290,8 +293,9 @@ def overlap_small_steps(engine, sequence, count=50):
 def seq_bucket_cost(engine, vocab):
     """Replay ms of one batch in a graph with exactly B slots vs the next power of two."""
     loaded = engine._loaded
-    exact = stepper_for(loaded, GpuSettings(graph_seq_buckets=(), graph_hot_set=()))
-    bucketed = stepper_for(loaded, GpuSettings(graph_hot_set=()))
+    exact = stepper_for(loaded, GpuSettings(graph_seq_buckets=(), graph_hot_set=(),
+                                            compile=False))
+    bucketed = stepper_for(loaded, GpuSettings(graph_hot_set=(), compile=False))
     rows = []
     for total in (512, 4096):
         for count in (3, 5, 12, 33):
@@ -321,7 +325,7 @@ def kernel_profile(engine, tokens, vocab):
     """Kernel count and top kernels of one eager forward of `tokens` tokens (1 sequence)."""
     from torch.profiler import ProfilerActivity, profile
 
-    stepper = stepper_for(engine._loaded, GpuSettings(graphs=False))
+    stepper = stepper_for(engine._loaded, GpuSettings(graphs=False, compile=False))
     batch = RaggedBatch.from_sequences(random_sequences([tokens], vocab, 9))
     for _ in range(3):
         stepper.step(batch).synchronize()
@@ -346,7 +350,7 @@ def bench_model(name, directory, args, results):
     row = {"model": name}
     results[name] = row
     engine = Engine.load(directory, device="cuda", dtype="bfloat16",
-                         gpu_settings=GpuSettings(graph_hot_set=HOT_SET))
+                         gpu_settings=GpuSettings(graph_hot_set=HOT_SET, compile=False))
     vocab, pooling = engine.info.vocab_size, engine.info.pooling
 
     # correctness gate first
@@ -493,10 +497,10 @@ def print_table(results):
             theirs = f"{row[f'hf_p50_{length}']:.3f} / {row[f'hf_p99_{length}']:.3f}"
             target = targets[f"p50_{length}"]
             met = "yes" if row[f"p50_{length}"] <= target else "no"
-            log(f"{name:11s} {f'1x{length} p50/p99 ms':26s} {ours:>18s} {theirs:>18s} "
+            log(f"{name:11s} {f'graphs 1x{length} p50/p99 ms':26s} {ours:>18s} {theirs:>18s} "
                 f"{target:>8} {met}")
         met = "yes" if row["bulk"] >= targets["bulk"] else "no"
-        log(f"{name:11s} {'100x512 emb/s (8192 steps)':26s} {row['bulk']:>18} "
+        log(f"{name:11s} {'graphs 100x512 emb/s 8192':26s} {row['bulk']:>18} "
             f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
         log(f"{name:11s} {'100x512 emb/s (2048 steps)':26s} {row['bulk_2048']:>18}")
         log(f"{name:11s} {'100x512 emb/s (one batch)':26s} {row['bulk_one_batch']:>18}")
@@ -505,12 +509,12 @@ def print_table(results):
             for length in (128, 512, 4096):
                 target = targets[f"p50_{length}"]
                 value, tail = compiled[f"p50_{length}"], compiled[f"p99_{length}"]
-                metric = f"compiled 1x{length} p50/p99"
+                metric = f"+compile 1x{length} p50/p99"
                 pair = f"{value:.3f} / {tail:.3f}"
                 log(f"{name:11s} {metric:26s} {pair:>18s} {'':>18s} {target:>8} "
                     f"{'yes' if value <= target else 'no'}")
             met = "yes" if compiled["bulk"] >= targets["bulk"] else "no"
-            log(f"{name:11s} {'compiled 100x512 emb/s':26s} {compiled['bulk']:>18} {'':>18s} "
+            log(f"{name:11s} {'+compile 100x512 emb/s':26s} {compiled['bulk']:>18} {'':>18s} "
                 f"{targets['bulk']:>8} {met}")
         o = row["overlap_1x512"]
         log(f"{name:11s} {'idle between 50 1x512 ms':26s} {o['idle_ms']:>18} "

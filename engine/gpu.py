@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import nn
+from torch._dynamo.exc import TorchDynamoException
 
 from hedgerow.engine.attention_cuda import AttentionChooser, AttentionFn
 from hedgerow.engine.batch import RaggedBatch
@@ -70,8 +71,10 @@ class GpuSettings:
         "auto", "CUDA ragged attention: auto picks per configuration from the measured table.",
         choices=("auto", "varlen", "flash_attn", "sdpa"))
     compile: bool = setting(
-        False, "Compile the forward pass with torch.compile (Inductor) before graph capture: "
-        "fused elementwise kernels, at the cost of a compile (tens of seconds) at start.")
+        True, "Compile the forward pass with torch.compile (Inductor) under the graphs: fused "
+        "norms, RoPE, activations and residual adds (measured on an H200: Qwen3-0.6B 1x128 "
+        "2.77 -> 1.61 ms, BGE-M3 1.36 -> 1.09 ms), at the cost of one compile at start (30-45 s "
+        "for those models). Batches past the graph grid run uncompiled.")
 
     def grid(self) -> GraphGrid:
         try:
@@ -204,6 +207,7 @@ class CudaStepper:
                                 memory_limit_bytes=settings.graph_memory_limit_mib * MIB)
         self._static: dict[Config, _Static] = {}
         self._model_and_pool = self._eager_model_and_pool
+        self.compiled = settings.compile
         if settings.compile:
             # Inductor fuses the elementwise chains (norms, RoPE, activations, residual adds)
             # into generated kernels; one dynamic-shape compile serves every bucket, and the
@@ -216,24 +220,47 @@ class CudaStepper:
         """Launch `batch` (validated) and return a LazyTensor of float32 [B, H]."""
         feed = HostBatch(batch.input_ids, batch.cu_seqlens, batch.max_seqlen)
         with torch.inference_mode():
-            if self.settings.graphs:
-                pooled = self.cache.run(feed.num_seqs, feed.num_tokens, feed)
-            else:
-                self.cache.eager_runs += 1
-                pooled = self.run_eager(None, feed)
+            try:
+                pooled = self._run(feed)
+            except TorchDynamoException as error:
+                self._give_up_compiling(error)
+                pooled = self._run(feed)
         return LazyTensor.copy_from_device(pooled, self.stream)
 
+    def _run(self, feed: HostBatch) -> torch.Tensor:
+        if self.settings.graphs:
+            return self.cache.run(feed.num_seqs, feed.num_tokens, feed)
+        self.cache.eager_runs += 1
+        return self.run_eager(None, feed)
+
     def warmup(self) -> None:
-        """Capture the hot set (blocks; call before reporting ready)."""
+        """Compile (when enabled) and capture the hot set; blocks, call before reporting
+        ready."""
         with torch.inference_mode():
-            self.cache.warmup()
+            try:
+                self.cache.warmup()
+            except TorchDynamoException as error:
+                self._give_up_compiling(error)
+                self.cache.warmup()
         torch.cuda.synchronize(self.device)
         self.cache.loaded = True
+
+    def _give_up_compiling(self, error: Exception) -> None:
+        """torch.compile failed: serve uncompiled from here on, with fresh graphs."""
+        if self._model_and_pool is self._eager_model_and_pool:
+            raise error
+        log.warning("%s", fields(event="engine.compile_failed", error=str(error)[:300],
+                                 action="serving uncompiled; --no-compile skips the attempt"))
+        self._model_and_pool = self._eager_model_and_pool
+        self.compiled = False
+        self._static.clear()
+        self.cache.reset()
 
     def report(self) -> dict[str, Any]:
         out = self.cache.report()
         out["attention"] = {str(c): s.attention_name for c, s in sorted(self._static.items())}
         out["static_buffers"] = len(self._static)
+        out["compiled"] = self.compiled
         return out
 
     # -- GraphBackend -------------------------------------------------------------------------
@@ -331,7 +358,10 @@ class CudaStepper:
             packed = host.to(self.device, non_blocking=True)
             ids, pos, seq = packed[:t], packed[t:2 * t], packed[2 * t:3 * t]
             cu, lens = packed[3 * t:3 * t + b + 1], packed[3 * t + b + 1:]
-            return self._model_and_pool(ids, pos, cu, feed.max_seqlen, attention, cu, seq, lens)
+            # Uncompiled on purpose: past-grid shapes vary freely, and a recompile (tens of
+            # seconds) on a live batch would stall every request behind it.
+            return self._eager_model_and_pool(ids, pos, cu, feed.max_seqlen, attention, cu,
+                                              seq, lens)
 
 
 def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings()) -> CudaStepper:

@@ -223,6 +223,12 @@ class GraphCache:
         self.capture_seconds = 0.0
         self.memory_bytes = 0
 
+    def reset(self) -> None:
+        """Forget every configuration's state (the backend dropped its graphs); counters of
+        past work stay."""
+        self._entries.clear()
+        self.memory_bytes = 0
+
     # -- queries ---------------------------------------------------------------------------
 
     def can_run(self, num_seqs: int, num_tokens: int) -> bool:

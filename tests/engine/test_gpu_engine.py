@@ -74,7 +74,7 @@ def model_dir(request, tmp_path_factory):
 
 def _engine(model_dir, **settings):
     defaults = dict(graph_hot_set=(), graph_max_tokens=1024, graph_max_seqs=8,
-                    graph_seq_buckets=("1", "2", "4", "8"))
+                    graph_seq_buckets=("1", "2", "4", "8"), compile=False)
     defaults.update(settings)
     return Engine.load(model_dir, device="cuda", dtype="bfloat16",
                        gpu_settings=GpuSettings(**defaults))
@@ -183,8 +183,10 @@ def test_compiled_forward_matches_eager(model_dir):
         pytest.skip("one architecture is enough to check the compiled path (compiles are slow)")
     engine = _engine(model_dir, compile=True)
     plain = _engine(model_dir, graphs=False)
-    for lengths in ([37, 5, 80], [200], [64, 64]):
+    for lengths in ([37, 5, 80], [200], [64, 64], [300, 300, 300, 300]):  # the last: eager
         sequences = _sequences(lengths, seed=len(lengths))
         expected = _embed(plain, sequences)
         for _ in range(3):
             assert_same_embeddings(_embed(engine, sequences), expected)
+    report = engine.warmup_report()
+    assert report["compiled"] and report["captured"] == 3 and report["eager_past_grid"] == 3

@@ -198,6 +198,17 @@ def test_warmup_reports_partial_coverage_when_a_capture_fails():
     assert report["graphs_by_state"]["failed"] == 1
 
 
+def test_reset_forgets_states_but_not_past_work():
+    backend = FakeBackend()
+    cache = GraphCache(GraphGrid(), backend)
+    for _ in range(3):
+        cache.run(1, 64, None)
+    cache.reset()
+    assert cache.state(Config(1, 64)) is State.COLD and cache.memory_bytes == 0
+    assert cache.run(1, 64, "again") == ("eager", Config(1, 64), "again")
+    assert cache.report()["replays"] == 2 and cache.report()["captured"] == 1
+
+
 def test_replay_share_counts_steps():
     cache = GraphCache(GraphGrid(), FakeBackend())
     for _ in range(4):
