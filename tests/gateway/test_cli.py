@@ -46,3 +46,16 @@ def test_help_lists_every_flag_with_its_variable(subprocess_env):
     for flag in ("--chunk-tokens", "--service-dns", "--api-keys-file", "--truncate"):
         assert flag in done.stdout
     assert "HEDGEROW_CHUNK_TOKENS" in done.stdout
+
+
+def test_the_gateway_never_loads_torch_or_the_engine(subprocess_env):
+    """Transitively, not just by its own import lines: the gateway image has no torch."""
+    import sys
+
+    code = ("import sys, hedgerow.gateway.main, hedgerow.gateway.app; "
+            "bad = [m for m in ('torch', 'hedgerow.engine', 'hedgerow.server', "
+            "'sentence_transformers', 'transformers') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-P", "-c", code], env=subprocess_env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
