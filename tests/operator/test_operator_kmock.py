@@ -68,10 +68,10 @@ async def test_create_builds_every_child_with_owner_reference(cluster):
     assert children[("configmaps", "emb-gateway")]["data"]["HEDGEROW_SERVICE_DNS"] == \
         "emb-server.ml.svc:50051"
 
-    ready = await cluster.eventually(lambda: _condition(cluster, "emb", "Ready"), "Ready")
+    body = await cluster.eventually(lambda: _generation(cluster, "emb", 1),
+                                    "observedGeneration 1")
+    ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "NoReadyServers"
-    body = await cluster.get(f"{cluster.cr_path}/emb")
-    assert body["status"]["observedGeneration"] == 1
     assert body["status"]["model"] == "sentence-transformers/all-MiniLM-L6-v2"
 
 
