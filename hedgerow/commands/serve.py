@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             "--http-port", str(http_port), "--device", config.device,
             "--log-level", config.log_level)
         if stack.wait_until("server", server, lambda: server_serving(server_address)):
-            say("the server is SERVING; starting the gateway")
+            say(f"the server (pid {server.pid}) is SERVING; starting the gateway")
             gateway = stack.start(
                 "gateway", "gateway", *model, "--servers", server_address,
                 "--host", config.host, "--port", str(config.port),

@@ -236,3 +236,31 @@ def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path, subprocess_
     assert "stopping the gateway" in text and "stopping the server" in text
     with pytest.raises(httpx.HTTPError):
         httpx.get(url + "/healthz", timeout=1)
+
+
+def test_hedgerow_serve_exits_non_zero_and_stops_the_gateway_when_the_server_dies(
+        tmp_path, subprocess_env):
+    import os
+    import re
+
+    port = conftest.free_port()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)),
+                                env=subprocess_env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + conftest.START_TIMEOUT_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                if "hedgerow serve: ready" in log_path.read_text():
+                    break
+                time.sleep(0.2)
+            server_pid = int(re.search(r"the server \(pid (\d+)\)", log_path.read_text())[1])
+            os.kill(server_pid, signal.SIGKILL)
+            assert proc.wait(60) == 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log_path.read_text()
+    assert "the server exited unexpectedly" in text and "stopping the gateway" in text
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
