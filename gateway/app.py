@@ -41,6 +41,7 @@ from hedgerow.logs import fields
 log = logging.getLogger("hedgerow.gateway")
 
 TIMEOUT_HEADER = "x-request-timeout"
+OPENAI_TIMEOUT_HEADER = "x-stainless-read-timeout"
 # Responses with more floats than this are JSON-encoded off the event loop.
 INLINE_ENCODE_VALUES = 64 * 1024
 
@@ -78,6 +79,15 @@ async def read_json(request: Request, limit: int) -> object:
     except RecursionError:
         raise RequestError("the request body's JSON is nested too deeply",
                            code="invalid_json") from None
+
+
+def _seconds(raw: str) -> float | None:
+    """A positive, finite number of seconds from a header, else None."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
 
 
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,
@@ -118,17 +128,22 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         api_keys.check(request.headers.get("authorization"))
 
     async def deadline(request: Request) -> float:
+        """The request's deadline on the loop's clock: our timeout, shortened by the client's.
+
+        X-Request-Timeout is ours (seconds; malformed is a 400). OpenAI's clients send their
+        read timeout as x-stainless-read-timeout; it is honoured when it parses.
+        """
         budget = settings.request_timeout
         raw = request.headers.get(TIMEOUT_HEADER)
         if raw is not None:
-            try:
-                asked = float(raw)
-            except ValueError:
-                asked = -1.0
-            if not asked > 0:
+            asked = _seconds(raw)
+            if asked is None:
                 raise RequestError(f"{TIMEOUT_HEADER} is {raw!r}; send a positive number of "
                                    "seconds", param=TIMEOUT_HEADER)
             budget = min(budget, asked)
+        client_timeout = _seconds(request.headers.get(OPENAI_TIMEOUT_HEADER, ""))
+        if client_timeout is not None:
+            budget = min(budget, client_timeout)
         return asyncio.get_running_loop().time() + budget
 
     @app.post("/v1/embeddings", dependencies=[Depends(authorized)])
