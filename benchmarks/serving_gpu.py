@@ -281,12 +281,10 @@ def texts_of_tokens(words: list[str], tokens: int, count: int, seed: int) -> lis
 # -- one model --------------------------------------------------------------------------------
 
 def bench_model(name: str, directory: Path, args, out: Path, results: list) -> None:
-    from hedgerow.defaults import default_model_path
-
     config = json.loads((directory / "config.json").read_text())
     vocab = config["vocab_size"]
     if not (directory / "tokenizer.json").exists():
-        shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
+        shutil.copy(args.tokenizer, directory / "tokenizer.json")
 
     grpc_port, http_port, gw_port = free_port(), free_port(), free_port()
     server_log = out / f"server-{name}.log"
@@ -455,7 +453,14 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
                              "(numbers meaningless)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="tokenizer.json for random-weight models (default: the packaged "
+                             "all-MiniLM-L6-v2 one)")
     args = parser.parse_args(argv)
+    if args.tokenizer is None:
+        from hedgerow.defaults import default_model_path
+
+        args.tokenizer = default_model_path() / "tokenizer.json"
     args.device = "cpu" if args.smoke else "cuda"
     args.gate_lengths, args.latency_lengths = (7, 128, 300, 512, 1000), (128, 512, 4096)
     args.score_length, args.throughput_lengths, args.text_tokens = 512, (512, 1024, 4096), 512
