@@ -21,6 +21,7 @@ from grpc_health.v1._async import HealthServicer
 from hedgerow.defaults import default_model_path
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.logs import fields
+from hedgerow.server.engine_thread import EngineThread
 from hedgerow.server.http import start_http
 from hedgerow.server.loop import EmbedLoop
 from hedgerow.server.metrics import ServerMetrics
@@ -32,7 +33,7 @@ from hedgerow.wire import embed_pb2_grpc
 
 log = logging.getLogger("hedgerow.server")
 
-HEALTH_SERVICES = ("", SERVICE_NAME)
+HEALTH_SERVICES = ("", SERVICE_NAME)  # overall health and the Embedder service
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -111,7 +112,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
 async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]) -> bool:
     """Load the engine unless asked to stop first; start the loop. Raises ModelLoadError."""
     settings = state.settings
-    loading = asyncio.ensure_future(asyncio.to_thread(load))
+    threads = EngineThread()  # the engine is loaded, warmed and stepped on one thread
+    loading = asyncio.ensure_future(threads.run(load))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
@@ -125,7 +127,7 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
         raise
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
-    loop = EmbedLoop(engine, scheduler, state.metrics)
+    loop = EmbedLoop(engine, scheduler, state.metrics, engine_thread=threads)
     loop.start()
     state.engine, state.loop = engine, loop
     return True

@@ -1,16 +1,17 @@
 """The scheduling loop: one asyncio task owns the pool and feeds the engine.
 
 Callers `submit()` a request and `await result()`; the loop task alone forms batches
-(first come, first served, via `Scheduler`), launches `engine.step` on one dedicated worker
-thread, and completes each request's future with its pooled rows, float32 [n, D], once the
-batch's LazyTensor is ready. While batch N is pending it already forms and launches batch
-N+1 (at most `depth` batches in flight), so on a GPU the host prepares the next batch while
-the device computes, and on CPU (where `step` computes synchronously in the worker thread)
-the event loop keeps accepting requests meanwhile.
+(first come, first served, via `Scheduler`), launches `engine.step` on the one engine thread
+(`EngineThread`), and completes each request's future with its pooled rows, float32 [n, D],
+once the batch's result is on the host. While batch N is pending it already forms and
+launches batch N+1 (at most `depth` batches in flight), so on a GPU the host prepares the next
+batch while the device computes, and on CPU (where `step` computes synchronously on the engine
+thread) the event loop keeps accepting requests meanwhile.
 
-A pending LazyTensor is polled with `ready()`; one that is not ready when its step returns is
-handed to a second thread whose `synchronize()` blocks outside the event loop (and without
-the GIL), then wakes the loop. Nothing here ever blocks the event loop.
+Per batch: launch (engine thread; `ready()` is checked there as soon as `step` returns); if
+not ready, wait (the device-wait thread blocks in `synchronize()`); collect (engine thread,
+a pageable copy of the rows). Each stage completes a future that wakes the loop task. The
+event loop never blocks and never makes a device call.
 
 It knows nothing about gRPC, the wire format or postprocessing: token ids in, raw pooled
 float32 rows out. The engine is anything with `step(RaggedBatch) -> LazyTensor`.
@@ -21,7 +22,6 @@ import itertools
 import logging
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,6 +30,7 @@ import torch
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.errors import HedgerowError, NotReadyError
 from hedgerow.logs import fields
+from hedgerow.server.engine_thread import EngineThread, Launched
 from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.scheduler import Batch, Request, Scheduler
 
@@ -57,9 +58,10 @@ class _Launched:
     """A batch handed to the engine, and where its result stands."""
 
     batch: Batch
-    step: asyncio.Future            # -> (start time, LazyTensor), from the step thread
-    sync: asyncio.Future | None = None  # -> tensor, from the sync thread (not-ready results)
-    rows: torch.Tensor | None = None
+    launch: "asyncio.Future[Launched]"
+    wait: "asyncio.Future[float] | None" = None        # only for results not ready at launch
+    collect: "asyncio.Future[torch.Tensor] | None" = None
+    done_at: float = 0.0                                # when the result was on the host
 
 
 class EmbedLoop:
@@ -71,12 +73,14 @@ class EmbedLoop:
         scheduler: Scheduler,
         metrics: ServerMetrics,
         *,
+        engine_thread: EngineThread | None = None,
         depth: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if depth < 1:
             raise ValueError("depth must be at least 1")
-        self._engine = engine
+        self._threads = engine_thread or EngineThread()
+        self._threads.engine = engine
         self._scheduler = scheduler
         self._metrics = metrics
         self._depth = depth
@@ -88,8 +92,6 @@ class EmbedLoop:
         self._stopping = False
         self._admitting = True
         self._task: asyncio.Task | None = None
-        self._step_thread = ThreadPoolExecutor(1, thread_name_prefix="hedgerow-step")
-        self._sync_thread = ThreadPoolExecutor(1, thread_name_prefix="hedgerow-sync")
         self.steps = 0
         self.shapes: set[tuple[int, int]] = set()  # (sequences, tokens) of steps run
 
@@ -166,8 +168,7 @@ class EmbedLoop:
         self._wake.set()
         if self._task is not None:
             await self._task
-        self._step_thread.shutdown(wait=True)
-        self._sync_thread.shutdown(wait=True)
+        await self._threads.close()
 
     # --- the loop task ----------------------------------------------------------------------
 
@@ -187,7 +188,6 @@ class EmbedLoop:
 
     def _launch(self) -> None:
         """Form and launch batches while fewer than `depth` are in flight."""
-        running = asyncio.get_running_loop()
         while len(self._launched) < self._depth:
             now = self._clock()
             batch = self._scheduler.next_batch(now)
@@ -202,9 +202,9 @@ class EmbedLoop:
                 if entry.index == 0:
                     self._metrics.queue_seconds.observe(now - entry.request.arrival)
             ragged = ragged_from_batch(batch)
-            step = running.run_in_executor(self._step_thread, self._timed_step, ragged)
-            step.add_done_callback(self._on_done)
-            self._launched.append(_Launched(batch, step))
+            launch = self._threads.launch(ragged)
+            launch.add_done_callback(self._on_done)
+            self._launched.append(_Launched(batch, launch))
             self.steps += 1
             self.shapes.add((batch.num_seqs, batch.num_tokens))
             self._metrics.tokens.inc(batch.num_tokens)
@@ -216,38 +216,38 @@ class EmbedLoop:
         """Complete finished batches in launch order (one stream: they finish in order)."""
         while self._launched:
             head = self._launched[0]
-            if not head.step.done():
-                return
-            if head.rows is None:
-                try:
-                    head.rows = self._rows(head)
-                except Exception as error:  # the engine failed: fail its requests, loudly
-                    self._launched.popleft()
-                    self._fail(head, error)
-                    continue
-                if head.rows is None:
-                    return
+            if not self._advance(head):
+                break
             self._launched.popleft()
-            self._metrics.step_seconds.observe(time.monotonic() - head.step.result()[0])
-            for request in self._scheduler.complete(head.batch, head.rows):
+            error = head.launch.exception() or head.collect.exception()
+            if error is not None:
+                self._fail(head, error)
+                continue
+            self._metrics.step_seconds.observe(head.done_at - head.launch.result().started)
+            for request in self._scheduler.complete(head.batch, head.collect.result()):
                 self._finish(request, result=torch.stack(request.rows))
         self._update_gauges()
 
-    def _rows(self, head: _Launched) -> torch.Tensor | None:
-        """The batch's rows if they are on the host now; else arrange a wake-up, None."""
-        if head.sync is not None:
-            return head.sync.result() if head.sync.done() else None
-        _, lazy = head.step.result()
-        if lazy.ready():
-            return lazy.synchronize()
-        head.sync = asyncio.get_running_loop().run_in_executor(
-            self._sync_thread, lazy.synchronize)
-        head.sync.add_done_callback(self._on_done)
-        return None
-
-    def _timed_step(self, ragged: RaggedBatch) -> tuple[float, Any]:
-        """Runs on the step thread: (when the engine took the batch, its LazyTensor)."""
-        return time.monotonic(), self._engine.step(ragged)
+    def _advance(self, head: _Launched) -> bool:
+        """Move the head batch to its next stage; True once its outcome is known."""
+        if not head.launch.done():
+            return False
+        if head.launch.exception() is not None:
+            return True
+        launched = head.launch.result()
+        if head.collect is None:
+            if not launched.ready and head.wait is None:
+                head.wait = self._threads.wait(launched.ticket)
+                head.wait.add_done_callback(self._on_done)
+                return False
+            if head.wait is not None and not head.wait.done():
+                return False
+            waited = head.wait is not None and head.wait.exception() is None
+            head.done_at = head.wait.result() if waited else launched.returned
+            head.collect = self._threads.collect(launched.ticket)  # re-raises a failed wait
+            head.collect.add_done_callback(self._on_done)
+            return False
+        return head.collect.done()
 
     def _fail(self, head: _Launched, error: BaseException) -> None:
         log.error("%s", fields(event="engine.step_failed", sequences=head.batch.num_seqs,
