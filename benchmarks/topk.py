@@ -24,6 +24,7 @@ VARIANTS = {
     "t32/4096": ("threshold32", 4096, None),
     "t64/1024": ("threshold64", 1024, None),
     "t64/4096": ("threshold64", 4096, None),
+    "bit/1024": ("bitonic", 1024, None),
 }
 
 

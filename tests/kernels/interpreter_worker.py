@@ -36,14 +36,18 @@ def assert_same(got, want):
     assert got[1].dtype == want[1].dtype
 
 
-def above_threshold(keys: torch.Tensor, k: int, lanes: int) -> int:
-    """How many columns of one row score above threshold32's t (more than CAP: fallback)."""
-    bits = keys >> 32  # the 32-bit order-preserving score bits
-    cols = bits.shape[0]
-    padded = torch.cat([bits, bits.new_full(((-cols) % lanes,), bits.min().item() - 1)])
+def survivors(keys: torch.Tensor, k: int, lanes: int, method: str) -> int:
+    """How many columns of one row pass a threshold method's filter (more than CAP: fallback).
+
+    threshold64 keeps keys >= t over the keys; threshold32 counts columns whose 32-bit score
+    bits are above t (those tied at t go to separate slots and never force the fallback).
+    """
+    values = keys if method == "threshold64" else keys >> 32
+    cols = values.shape[0]
+    padded = torch.cat([values, values.new_full(((-cols) % lanes,), values.min().item() - 1)])
     lane_max = padded.view(-1, lanes).max(dim=0).values
     t = lane_max.sort(descending=True).values[k - 1]
-    return int((bits > t).sum())
+    return int((values >= t).sum() if method == "threshold64" else (values > t).sum())
 
 
 def check_case(case):
@@ -53,7 +57,7 @@ def check_case(case):
 
 
 def check_other_methods():
-    for method in ("threshold64", "bitonic"):
+    for method in ("threshold32", "bitonic"):
         for cols in (7, 130, 1000, 2100):
             for k in (1, 16, 33):
                 g = torch.Generator().manual_seed(cols + k)
@@ -69,17 +73,19 @@ def check_periodic_fallback():
     cols, k = 5000, 16
     col = torch.arange(cols)
     scores = torch.where(col % 64 == 5, 10.0 + col / cols, col / cols)[None, :]
-    config = topk_triton.choose_config(cols, k)
-    assert above_threshold(order_keys(scores)[0], k, config.lanes) > config.cap
-    assert_same(topk_triton.topk_triton(scores, k, config=config), topk_reference(scores, k))
+    for method in ("threshold64", "threshold32"):
+        config = topk_triton.choose_config(cols, k, method)
+        assert survivors(order_keys(scores)[0], k, config.lanes, method) > config.cap
+        assert_same(topk_triton.topk_triton(scores, k, config=config), topk_reference(scores, k))
 
 
 def check_random_takes_threshold_path():
     cols, k = 5003, 16
     scores = torch.randn(1, cols, generator=torch.Generator().manual_seed(9))
-    config = topk_triton.choose_config(cols, k)
-    assert above_threshold(order_keys(scores)[0], k, config.lanes) <= config.cap
-    assert_same(topk_triton.topk_triton(scores, k, config=config), topk_reference(scores, k))
+    for method in ("threshold64", "threshold32"):
+        config = topk_triton.choose_config(cols, k, method)
+        assert survivors(order_keys(scores)[0], k, config.lanes, method) <= config.cap
+        assert_same(topk_triton.topk_triton(scores, k, config=config), topk_reference(scores, k))
 
 
 def check_split_merge():
@@ -105,7 +111,7 @@ def check_valid_lengths_are_clamped():
 
 
 EXTRA_CHECKS = {
-    "threshold64_and_bitonic_methods": check_other_methods,
+    "threshold32_and_bitonic_methods": check_other_methods,
     "periodic_rows_take_the_fallback": check_periodic_fallback,
     "random_rows_take_the_threshold_path": check_random_takes_threshold_path,
     "split_then_merge_on_the_kernel": check_split_merge,

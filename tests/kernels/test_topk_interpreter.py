@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 
 WORKER = Path(__file__).with_name("interpreter_worker.py")
 EXTRA_CHECKS = (
-    "threshold64_and_bitonic_methods",
+    "threshold32_and_bitonic_methods",
     "periodic_rows_take_the_fallback",
     "random_rows_take_the_threshold_path",
     "split_then_merge_on_the_kernel",
