@@ -5,8 +5,10 @@ taking a finished result off its LazyTensor. LazyTensors never leave that thread
 returns a ticket, and `collect(ticket)` hands back a plain (pageable) copy of the rows, so the
 pinned host buffers and events of the device path are made, waited on and freed on the thread
 that also captures CUDA graphs, never concurrently with a capture. (Freeing a pinned buffer
-records an event on the engine's stream; done from another thread while that stream is being
-captured, the record lands inside the graph and poisons the host allocator: seen on an H200.)
+records an event on the stream it was copied on; done from another thread while that stream
+is being captured, the record would land inside the graph. An earlier design that let result
+buffers die on the event loop thread failed on an H200 with "CUDA error: invalid argument" in
+the next pinned allocation, once lazy captures began; this one passes the same test.)
 
 A result that is not ready when its step returns is waited for on a second thread
 (`wait(ticket)`, a blocking `synchronize()` that holds no lock the event loop needs), so the

@@ -58,7 +58,7 @@ class ServerMetrics:
         )
         self.step_seconds = Histogram(
             "hedgerow_step_seconds",
-            "Engine step time: from when the step thread hands the batch to the engine until "
+            "Engine step time: from when the engine thread hands the batch to the engine until "
             "the result is in host memory (on a GPU this includes waiting behind the batch "
             "before it on the stream).",
             buckets=_SECONDS, registry=r,
