@@ -34,7 +34,7 @@ EXTRA_CHECKS = (
 def verdicts(tmp_path_factory):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
     done = subprocess.run([sys.executable, "-P", str(WORKER)], env=env, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=540)
     assert done.returncode == 0, f"worker failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     results = {}
     for line in done.stdout.splitlines():
