@@ -94,6 +94,11 @@ def _topk_kernel(
     METHOD: tl.constexpr, BLOCK: tl.constexpr, KPAD: tl.constexpr,
     LANES: tl.constexpr, CAP: tl.constexpr, FALLBACK_BLOCK: tl.constexpr,
 ):
+    """One program per row: writes out_index/out_value[row, :k], best first.
+
+    METHOD indexes METHODS (0 threshold32, 1 threshold64, 2 bitonic); scratch holds the
+    threshold methods' survivor slots for this row.
+    """
     row = tl.program_id(0).to(tl.int64)
     n = cols
     if has_valid != 0:
@@ -241,8 +246,9 @@ def choose_config(cols: int, k: int, method: str = "threshold64", max_block: int
 def auto_config(rows: int, cols: int, k: int) -> Config:
     """The configuration kernels.topk uses, from the H200 benchmark (docs/kernels.md).
 
-    threshold64 with 1024-column chunks (4 warps) for every shape: it was the fastest or within
-    a few percent of it on every measured shape. (4096-column chunks cut the latency of 1 to 16
+    threshold64 with max_block 1024 (rows stream in 1024-column chunks with 4 warps; short rows
+    take one smaller chunk) for every row count: the fastest, or within a few percent of it, on
+    every measured shape. (4096-column chunks cut the latency of 1 to 16
     rows of 4096+ columns by about a quarter but lose badly on many rows; `rows` is accepted so
     such a split can be made here once it is measured on this code.)
     """
