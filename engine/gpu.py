@@ -8,8 +8,11 @@ behind it, all on the engine's own stream; it returns a LazyTensor at once.
 
 Padding never changes a real sequence's output. A configuration `S x N` holds S real-sequence
 slots and one padding slot: the batch's B sequences fill slots 0..B-1, slots B..S-1 are empty
-(length 0), and the tail tokens B's batch does not use (N - T of them) form the padding slot's
-own sequence, which attention confines to itself and pooling writes to a row nobody reads.
+(length 0), and the N - T tail tokens the batch does not fill form the padding slot's own
+sequence, which attention confines to itself and pooling writes to a row nobody reads.
+
+With `compile` (the default) the model's forward and pooling go through `torch.compile`
+(Inductor, dynamic shapes) before capture; batches past the grid run uncompiled.
 
 Static input layout, one int32 buffer per configuration (views, no copies):
     input_ids [N] | position_ids [N] | seq_index [N] | cu_seqlens [S+2] | pool_starts [S+2] |
@@ -374,7 +377,3 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings()) -> CudaStepp
                        causal=causal, device=loaded.device, vocab_size=config.vocab_size,
                        settings=settings)
 
-
-def settings_fields() -> list[str]:
-    """Names of the GPU settings, for a server that composes its own settings class."""
-    return [f.name for f in dataclasses.fields(GpuSettings)]
