@@ -76,3 +76,25 @@ class InfoResponse(_message.Message):
     version: str
     vocab_size: int
     def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ...) -> None: ...
+
+class ScoreRequest(_message.Message):
+    __slots__ = ("input_ids", "cu_seqlens", "top_n", "dimensions")
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    CU_SEQLENS_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    input_ids: bytes
+    cu_seqlens: bytes
+    top_n: int
+    dimensions: int
+    def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., top_n: _Optional[int] = ..., dimensions: _Optional[int] = ...) -> None: ...
+
+class ScoreResponse(_message.Message):
+    __slots__ = ("indices", "scores", "prompt_tokens")
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    prompt_tokens: int
+    def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...

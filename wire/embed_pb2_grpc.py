@@ -44,6 +44,11 @@ class EmbedderStub:
                 request_serializer=hedgerow_dot_wire_dot_embed__pb2.InfoRequest.SerializeToString,
                 response_deserializer=hedgerow_dot_wire_dot_embed__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.Score = channel.unary_unary(
+                '/hedgerow.v1.Embedder/Score',
+                request_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.SerializeToString,
+                response_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+                _registered_method=True)
 
 
 class EmbedderServicer:
@@ -63,6 +68,15 @@ class EmbedderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Score(self, request, context):
+        """Embed a query and its candidate documents (in the same batches as Embed's sequences) and
+        return the documents most similar to the query by cosine, best first: score descending,
+        ties to the lower document index.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmbedderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +89,11 @@ def add_EmbedderServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=hedgerow_dot_wire_dot_embed__pb2.InfoRequest.FromString,
                     response_serializer=hedgerow_dot_wire_dot_embed__pb2.InfoResponse.SerializeToString,
+            ),
+            'Score': grpc.unary_unary_rpc_method_handler(
+                    servicer.Score,
+                    request_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.FromString,
+                    response_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +150,33 @@ class Embedder:
             '/hedgerow.v1.Embedder/Info',
             hedgerow_dot_wire_dot_embed__pb2.InfoRequest.SerializeToString,
             hedgerow_dot_wire_dot_embed__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Score(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hedgerow.v1.Embedder/Score',
+            hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.SerializeToString,
+            hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
             options,
             channel_credentials,
             insecure,
