@@ -28,6 +28,7 @@ def engine(default_model_dir):
 def sequences(default_model_dir):
     tokenizer = Tokenizer.from_file(str(default_model_dir / "tokenizer.json"))
     tokenizer.no_truncation()
+    tokenizer.no_padding()
     ids = tokenizer.encode(TEXT).ids  # [CLS] ... [SEP]
     assert len(ids) > max(LENGTHS)
     # Each sequence: a different window of real text, starting with [CLS], ending with [SEP].
@@ -77,3 +78,11 @@ def test_step_returns_a_completed_lazy_tensor_on_cpu(engine, sequences):
     lazy = engine.step(RaggedBatch.from_sequences(sequences[:3]))
     assert lazy.ready()
     assert lazy.synchronize().shape == (3, 384)
+
+
+def test_bfloat16_stays_close_to_float32(default_model_dir, engine, sequences):
+    batch = RaggedBatch.from_sequences(sequences)
+    low = Engine.load(default_model_dir, dtype="bfloat16").step(batch).synchronize()
+    assert low.dtype == torch.float32
+    cosine = torch.nn.functional.cosine_similarity(low, engine.step(batch).synchronize(), dim=-1)
+    assert bool((cosine >= 0.99).all()), cosine.tolist()
