@@ -139,3 +139,29 @@ def test_input_type_applies_the_models_template(capsys, tmp_path, default_model_
 def test_unknown_device(capsys):
     code, _, err = _embed(capsys, "--device", "tpu", "hi")
     assert code == 2 and "device 'tpu'" in err
+
+
+def test_directory_without_tokenizer(capsys, tmp_path):
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=48)).save_pretrained(tmp_path)
+    code, _, err = _embed(capsys, "--model", str(tmp_path), "hi")
+    assert code == 2 and "no tokenizer.json in" in err
+
+
+def test_batches_keep_input_order_within_the_token_budget():
+    from hedgerow.commands.embed import batches
+
+    sequences = [[1] * 3, [2] * 4, [3] * 9, [4] * 2, [5] * 2]
+    cut = batches(sequences, max_batch_tokens=7)
+    assert cut == [[[1] * 3, [2] * 4], [[3] * 9], [[4] * 2, [5] * 2]]
+    assert [s for chunk in cut for s in chunk] == sequences
+
+
+def test_several_batches_give_the_same_vectors_in_order(capsys):
+    _, one_batch, _ = _embed(capsys, *TEXTS)
+    _, many_batches, _ = _embed(capsys, "--max-batch-tokens", "8", *TEXTS)
+    one, many = json.loads(one_batch)["data"], json.loads(many_batches)["data"]
+    assert [row["index"] for row in many] == [0, 1, 2]
+    for a, b in zip(one, many):
+        assert a["embedding"] == pytest.approx(b["embedding"], abs=1e-5)
