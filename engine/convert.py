@@ -41,7 +41,12 @@ def bert_config(config: dict[str, Any]) -> BertConfig:
                              f"num_attention_heads {heads}")
     offset = 0
     if model_type in ("roberta", "xlm-roberta"):
-        offset = int(config.get("pad_token_id", 1)) + 1
+        pad = config.get("pad_token_id")
+        if pad is None:
+            pad = 1  # RoBERTa's padding_idx when the config does not say
+        if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+            raise ModelLoadError(f"config.json: pad_token_id must be an integer >= 0, got {pad!r}")
+        offset = pad + 1
     return BertConfig(
         vocab_size=_int(config, "vocab_size"),
         hidden_size=hidden,

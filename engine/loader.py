@@ -24,7 +24,6 @@ from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-POOLING_MODES = ("cls", "mean", "last")
 # Directory names too generic to name a model; the parent names it instead.
 _GENERIC_NAMES = ("model", "models", "weights")
 
@@ -60,6 +59,13 @@ def _read_json(path: Path) -> Any:
         raise ModelLoadError(f"cannot read {path}: {error}") from None
 
 
+def _read_object(path: Path) -> dict[str, Any]:
+    value = _read_json(path)
+    if not isinstance(value, dict):
+        raise ModelLoadError(f"{path} must hold a JSON object")
+    return value
+
+
 def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
     """Parse the sentence-transformers files of `directory` (all optional)."""
     pooling = normalize = max_seq_length = None
@@ -75,20 +81,20 @@ def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
             if isinstance(module, dict) and str(module.get("type", "")).endswith(".Pooling"):
                 pool_config = directory / str(module.get("path", "1_Pooling")) / "config.json"
                 if pool_config.is_file():
-                    pooling = _pooling_mode(_read_json(pool_config), pool_config)
+                    pooling = _pooling_mode(_read_object(pool_config), pool_config)
     elif (directory / "1_Pooling" / "config.json").is_file():
         pool_config = directory / "1_Pooling" / "config.json"
-        pooling = _pooling_mode(_read_json(pool_config), pool_config)
+        pooling = _pooling_mode(_read_object(pool_config), pool_config)
     bert_config = directory / "sentence_bert_config.json"
     if bert_config.is_file():
-        value = _read_json(bert_config).get("max_seq_length")
+        value = _read_object(bert_config).get("max_seq_length")
         if value is not None:
             if not isinstance(value, int) or value <= 0:
                 raise ModelLoadError(f"{bert_config}: max_seq_length must be a positive integer")
             max_seq_length = value
     st_config = directory / "config_sentence_transformers.json"
     if st_config.is_file():
-        prompts = _read_json(st_config).get("prompts") or {}
+        prompts = _read_object(st_config).get("prompts") or {}
         if not isinstance(prompts, dict):
             raise ModelLoadError(f"{st_config}: prompts must be an object")
         templates = {str(k): str(v) for k, v in prompts.items()}
@@ -146,8 +152,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
     torch_dtype, device = DTYPES[dtype], _device(device)
-    hf = _read_json(config_path)
-    model_type = hf.get("model_type") if isinstance(hf, dict) else None
+    hf = _read_object(config_path)
+    model_type = hf.get("model_type")
     if model_type not in convert.SUPPORTED:
         shown = model_type or ",".join(hf.get("architectures") or []) or "(no model_type)"
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "

@@ -172,3 +172,17 @@ def test_qwen3_causal_comes_from_the_config_unless_overridden(tmp_path):
     assert load_model(tmp_path).config.causal is False
     assert Engine.load(tmp_path).info.pooling == "mean"
     assert load_model(tmp_path, causal=True).config.causal is True
+
+
+def test_config_that_is_not_an_object(bert_dir):
+    (bert_dir / "config.json").write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match="config.json must hold a JSON object"):
+        load_model(bert_dir)
+
+
+def test_config_missing_a_size(bert_dir):
+    config = json.loads((bert_dir / "config.json").read_text())
+    del config["hidden_size"]
+    (bert_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="hidden_size must be a positive integer"):
+        load_model(bert_dir)
