@@ -186,3 +186,15 @@ def test_config_missing_a_size(bert_dir):
     (bert_dir / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="hidden_size must be a positive integer"):
         load_model(bert_dir)
+
+
+def test_sentence_transformers_last_token_pooling(tmp_path):
+    config = transformers.Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      intermediate_size=48)
+    transformers.Qwen3ForCausalLM(config).save_pretrained(tmp_path)
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"pooling_mode_lasttoken": True}))
+    info = Engine.load(tmp_path, causal=False).info
+    assert (info.architecture, info.pooling, info.normalize) == ("qwen3", "last", True)
