@@ -129,7 +129,7 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
                           settings.max_inflight_tokens)
     loop = EmbedLoop(engine, scheduler, state.metrics, engine_thread=threads)
     loop.start()
-    state.engine, state.loop = engine, loop
+    state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
 
 

@@ -31,7 +31,7 @@ class ServerMetrics:
             registry=r,
         )
         self.requests = Counter(
-            "hedgerow_requests", "Embed requests by final status.", ["status"], registry=r,
+            "hedgerow_requests", "Embed and Score requests by final status.", ["status"], registry=r,
         )
         for status in STATUSES:
             self.requests.labels(status)
@@ -64,7 +64,8 @@ class ServerMetrics:
             buckets=_SECONDS, registry=r,
         )
         self.request_seconds = Histogram(
-            "hedgerow_request_seconds", "Embed latency inside the server, admission to answer.",
+            "hedgerow_request_seconds",
+            "Embed and Score latency inside the server, admission to answer.",
             buckets=_SECONDS, registry=r,
         )
 

@@ -2,9 +2,11 @@
 
 `Embed` decodes and validates the request (ragged layout, per-request token limit, the
 engine's vocabulary and length checks, dimensions and dtype), submits its sequences to the
-scheduling loop with the call's deadline, awaits the rows and encodes them. `Info` reports
-the engine's model. Every HedgerowError becomes its status code in `_abort`; nothing else is
-caught. The servicer knows nothing about batching or the engine's internals.
+scheduling loop with the call's deadline, awaits the rows and encodes them. `Score` does the
+same with a query and its documents (server/score.py), then ranks the documents by cosine:
+on a worker thread on CPU, on the engine thread on CUDA (device work never runs elsewhere).
+`Info` reports the engine's model. Every HedgerowError becomes its status code in `_abort`;
+nothing else is caught. The servicer knows nothing about batching or the engine's internals.
 """
 
 import asyncio
@@ -22,6 +24,7 @@ from hedgerow.logs import fields
 from hedgerow.server import metrics as m
 from hedgerow.server.convert import decode_batch, decode_options, encode_embeddings
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
+from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
@@ -46,10 +49,18 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
 
     async def Embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext
                     ) -> embed_pb2.EmbedResponse:
+        return await self._answer(self._embed, request, context)
+
+    async def Score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext
+                    ) -> embed_pb2.ScoreResponse:
+        return await self._answer(self._score, request, context)
+
+    async def _answer(self, handler, request, context: grpc.aio.ServicerContext):
+        """Run `handler(request, context, start)`, counting its outcome; errors become status."""
         metrics = self._state.metrics
         start = time.monotonic()
         try:
-            response = await self._embed(request, context, start)
+            response = await handler(request, context, start)
         except HedgerowError as error:
             await self._abort(context, error)
         except asyncio.CancelledError:
@@ -67,12 +78,31 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         batch = decode_batch(request, self._state.settings.max_request_tokens)
         engine.validate(batch)
         options = decode_options(request, engine.info.dimensions, engine.info.normalize)
+        rows = await self._rows(loop, batch, context, start)
+        return encode_embeddings(rows, options, batch.num_tokens)
+
+    async def _score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext,
+                     start: float) -> embed_pb2.ScoreResponse:
+        engine, loop = self._ready()
+        query = decode_score(request, self._state.settings.max_request_tokens,
+                             engine.info.dimensions)
+        engine.validate(query.batch)
+        rows = await self._rows(loop, query.batch, context, start)
+        device = engine.info.device
+        if device == "cpu":
+            indices, scores = await asyncio.to_thread(rank, rows, query, device)
+        else:
+            indices, scores = await self._state.engine_thread.run(rank, rows, query, device)
+        return encode_scores(indices, scores, query.batch.num_tokens)
+
+    async def _rows(self, loop, batch, context: grpc.aio.ServicerContext, start: float
+                    ) -> torch.Tensor:
+        """Submit the batch's sequences with the call's deadline; their rows float32 [B, D]."""
         remaining = context.time_remaining()
         deadline = None if remaining is None else start + remaining
         sequences = list(torch.split(batch.input_ids, batch.lengths()))
         pending = loop.submit(sequences, deadline)
-        rows = await loop.result(pending)
-        return encode_embeddings(rows, options, batch.num_tokens)
+        return await loop.result(pending)
 
     async def Info(self, request: embed_pb2.InfoRequest, context: grpc.aio.ServicerContext
                    ) -> embed_pb2.InfoResponse:
@@ -108,5 +138,5 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         if count:
             self._state.metrics.requests.labels(label).inc()
         if code is grpc.StatusCode.INTERNAL:
-            log.error("%s", fields(event="embed.failed", error=str(error)))
+            log.error("%s", fields(event="request.failed", error=str(error)))
         await context.abort(code, str(error))

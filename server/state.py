@@ -1,7 +1,7 @@
 """What the server's interfaces share while it runs: settings, metrics, engine, loop.
 
 `ServerState` starts with no engine (the model is loading) and gains one, plus its scheduling
-loop, when loading finishes. The gRPC service and the HTTP endpoints read it; only `app.py`
+loop and the engine thread they share, when loading finishes. The gRPC service and the HTTP endpoints read it; only `app.py`
 writes it. `warmup_status()` is the /warmup body: the engine's own warmup report
 (`Engine.warmup_report()`, the GPU engine's graph cache) plus the step shapes this server ran.
 Knows nothing about gRPC or HTTP.
@@ -21,6 +21,7 @@ class ServerState:
     metrics: ServerMetrics
     engine: Any = None             # hedgerow.engine.engine.Engine once loaded
     loop: EmbedLoop | None = None  # set together with the engine
+    engine_thread: Any = None      # the loop's EngineThread: device work (Score on CUDA) runs there
     serving: bool = False          # health says SERVING (loaded, warm, not shutting down)
     load_error: str | None = None
 
