@@ -6,5 +6,5 @@ schema.py     OpenAI request/response shapes   tokenizer.py   HF tokenizers off 
 model_card.py the served model's facts         chunking.py    token-budget chunks (pure)
 router.py     least-loaded routing, retries    replicas.py    discovery and health watching
 metrics.py    Prometheus metrics               auth.py        API keys
-main.py       `hedgerow gateway`
+main.py       `hedgerow gateway`               rerank.py      /v1/rerank: shape, steps, merge
 """

@@ -1,10 +1,10 @@
 """The HTTP API: FastAPI routes that convert JSON to service calls and back.
 
-Owns the routes (`POST /v1/embeddings`, `GET /v1/models`, `POST /tokenize`, `GET /healthz`,
-`GET /readyz`, `GET /metrics`), reading a body under the size limit before any parsing, the API
+Owns the routes (`POST /v1/embeddings`, `POST /v1/rerank`, `GET /v1/models`, `POST /tokenize`,
+`GET /healthz`, `GET /readyz`, `GET /metrics`), reading a body under the size limit before any parsing, the API
 key check, the request deadline, latency metrics by route and status, and the app's lifetime
-(replica watchers start and stop with it). Request logic lives in `service.py`, errors are
-translated in `http_errors.py`.
+(replica watchers start and stop with it). Request logic lives in `service.py` (and `rerank.py`),
+errors are translated in `http_errors.py`.
 """
 
 import asyncio
@@ -26,6 +26,7 @@ from hedgerow.gateway.errors import BodyTooLargeError, RequestError
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard
 from hedgerow.gateway.replicas import ReplicaSet
+from hedgerow.gateway.rerank import Reranker, RerankRequest, rerank_body
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.schema import (
     EmbeddingsRequest,
@@ -103,6 +104,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     )
     router = Router(replicas, metrics)
     service = EmbeddingService(settings, card, tokenizer, router, metrics)
+    reranker = Reranker(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -160,6 +162,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         else:  # a large response is encoded in a thread so the event loop keeps serving
             content = await asyncio.get_running_loop().run_in_executor(None, encode)
         return Response(content, media_type="application/json")
+
+    @app.post("/v1/rerank", dependencies=[Depends(authorized)])
+    async def rerank(request: Request, until: float = Depends(deadline)) -> Response:
+        body = RerankRequest.model_validate(await read_json(request, settings.max_body_bytes))
+        result = await reranker.rerank(body, deadline=until)
+        return Response(rerank_body(result, model=service.card.name,
+                                    return_documents=body.return_documents),
+                        media_type="application/json")
 
     @app.post("/tokenize", dependencies=[Depends(authorized)])
     async def tokenize(request: Request) -> Response:

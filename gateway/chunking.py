@@ -65,6 +65,17 @@ def pack(input_ids: np.ndarray, starts: np.ndarray, chunk: Chunk) -> tuple[bytes
     return ids.tobytes(), cu_seqlens.tobytes()
 
 
+def pack_with_query(query: np.ndarray, input_ids: np.ndarray, starts: np.ndarray, chunk: Chunk
+                    ) -> tuple[bytes, bytes]:
+    """The wire bytes of a Score chunk: the query (int32 [q]) as sequence 0, then the chunk's
+    sequences; (input_ids int32 LE [q + T_c], cu_seqlens int32 LE [B_c+2])."""
+    first, last = int(starts[chunk.start]), int(starts[chunk.stop])
+    q = int(query.shape[0])
+    ids = np.concatenate([query, input_ids[first:last]]).astype("<i4", copy=False)
+    cu_seqlens = np.concatenate([[0], starts[chunk.start:chunk.stop + 1] - first + q])
+    return ids.tobytes(), cu_seqlens.astype("<i4").tobytes()
+
+
 def reassemble(chunks: Sequence[Chunk], results: Sequence[np.ndarray]) -> np.ndarray:
     """Stack per-chunk results float32 [B_c, D] into float32 [B, D] in input order.
 

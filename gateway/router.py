@@ -1,7 +1,9 @@
 """Send a request's chunks to the least-loaded ready replicas and gather the results in order.
 
-Owns the routing decision and the per-chunk call: each chunk goes, concurrently with the others,
-to the ready replica with the fewest in-flight tokens (ties go to the one picked longest ago);
+Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the
+query and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently
+with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
+picked longest ago);
 a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose connection broke)
 is retried once on another replica; every call carries the request's remaining time as its gRPC
 deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
@@ -16,7 +18,7 @@ from typing import Protocol, Sequence
 import grpc
 import numpy as np
 
-from hedgerow.gateway.chunking import Chunk, offsets, pack, reassemble
+from hedgerow.gateway.chunking import Chunk, offsets, pack, pack_with_query, reassemble
 from hedgerow.gateway.errors import (
     DeadlineError,
     NoReplicaError,
@@ -32,8 +34,8 @@ from hedgerow.wire import embed_pb2
 
 log = logging.getLogger("hedgerow.gateway.router")
 
-# Failures that say "this replica, not this chunk": worth one try elsewhere. Embed is a pure
-# function of its input, so sending a chunk twice is safe.
+# Failures that say "this replica, not this chunk": worth one try elsewhere. Embed and Score
+# are pure functions of their input, so sending a chunk twice is safe.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 
@@ -59,6 +61,24 @@ def decode_embeddings(response: embed_pb2.EmbedResponse, rows: int) -> np.ndarra
             f"server answered {count} rows of {width} in {len(response.embeddings)} bytes "
             f"for a chunk of {rows} sequences")
     return np.frombuffer(response.embeddings, dtype="<f4").reshape(count, width)
+
+
+def decode_scores(response: embed_pb2.ScoreResponse, wanted: int, documents: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(local indices int64 [wanted], scores float32 [wanted]) from a ScoreResponse of a chunk
+    of `documents` documents; UpstreamError when it is malformed (so a wrong answer is never
+    merged into someone's ranking)."""
+    indices = np.asarray(response.indices, dtype=np.int64)
+    scores = np.asarray(response.scores, dtype=np.float32)
+    if indices.shape[0] != wanted or scores.shape[0] != wanted:
+        raise UpstreamError(
+            f"server answered {indices.shape[0]} indices and {scores.shape[0]} scores for a "
+            f"chunk that asked for the best {wanted} of {documents} documents")
+    if wanted and (int(indices.max()) >= documents or len(set(indices.tolist())) != wanted):
+        raise UpstreamError(
+            f"server answered document indices {indices.tolist()[:8]} for a chunk of "
+            f"{documents} documents (out of range or repeated)")
+    return indices, scores
 
 
 class ReplicaSource(Protocol):
@@ -123,6 +143,60 @@ class Router:
         request = embed_pb2.EmbedRequest(
             input_ids=input_ids, cu_seqlens=cu_seqlens, dimensions=dimensions or 0,
             dtype=embed_pb2.FLOAT32)
+        response = await self._send("Embed", request, chunk, chunk.tokens, deadline)
+        return decode_embeddings(response, chunk.size)
+
+    async def score(
+        self,
+        query: np.ndarray,
+        documents: Sequences,
+        chunks: Sequence[Chunk],
+        *,
+        top_n: int,
+        deadline: float,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Score every chunk of documents against the query, each chunk on one replica.
+
+        `query` is int32 [q]; each chunk travels as one Score call carrying the query and its
+        documents, asking for min(top_n, chunk size). Returns, per chunk in order, (indices
+        int64 [k_c] as GLOBAL document indices, scores float32 [k_c]) best first. Raises as
+        `embed` does.
+        """
+        if not self._replicas.ready():
+            raise NoReplicaError(NO_REPLICA_MESSAGE)
+        starts = offsets(documents.lengths)
+        tasks = [
+            asyncio.ensure_future(self._score_chunk(query, documents, starts, chunk, top_n,
+                                                    deadline))
+            for chunk in chunks
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+
+    async def _score_chunk(
+        self,
+        query: np.ndarray,
+        documents: Sequences,
+        starts: np.ndarray,
+        chunk: Chunk,
+        top_n: int,
+        deadline: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        input_ids, cu_seqlens = pack_with_query(query, documents.input_ids, starts, chunk)
+        wanted = min(top_n, chunk.size)
+        request = embed_pb2.ScoreRequest(input_ids=input_ids, cu_seqlens=cu_seqlens,
+                                         top_n=wanted)
+        tokens = chunk.tokens + int(query.shape[0])
+        response = await self._send("Score", request, chunk, tokens, deadline)
+        local, scores = decode_scores(response, wanted, chunk.size)
+        return local + chunk.start, scores
+
+    async def _send(self, method: str, request, chunk: Chunk, tokens: int, deadline: float):
+        """Call `method` with `request` on the least-loaded replica, retrying once elsewhere."""
         loop = asyncio.get_running_loop()
         tried: list[Replica] = []
         while True:
@@ -134,7 +208,7 @@ class Router:
             if remaining <= 0:
                 raise DeadlineError("the request's deadline passed before its chunks were sent")
             try:
-                response = await self._call(replica, request, chunk.tokens, remaining)
+                response = await self._call(replica, method, request, tokens, remaining)
             except grpc.aio.AioRpcError as error:
                 code = error.code()
                 self._metrics.chunks.labels(replica.address, code.name).inc()
@@ -143,21 +217,21 @@ class Router:
                 another = least_loaded(self._replicas.ready(), tried) is not None
                 if code in RETRYABLE and len(tried) == 1 and another:
                     self._metrics.retries.labels(code.name).inc()
-                    log.info("%s", fields(event="chunk.retry", replica=replica.address,
-                                          code=code.name, sequences=chunk.size,
-                                          tokens=chunk.tokens))
+                    log.info("%s", fields(event="chunk.retry", method=method,
+                                          replica=replica.address, code=code.name,
+                                          sequences=chunk.size, tokens=tokens))
                     continue
                 raise self._translate(error, replica) from None
             self._metrics.chunks.labels(replica.address, "OK").inc()
-            return decode_embeddings(response, chunk.size)
+            return response
 
-    async def _call(self, replica: Replica, request: embed_pb2.EmbedRequest, tokens: int,
-                    timeout: float) -> embed_pb2.EmbedResponse:
+    async def _call(self, replica: Replica, method: str, request, tokens: int,
+                    timeout: float):
         gauge = self._metrics.in_flight_tokens.labels(replica.address)
         replica.in_flight_tokens += tokens
         gauge.set(replica.in_flight_tokens)
         try:
-            return await replica.embedder.Embed(request, timeout=timeout)
+            return await getattr(replica.embedder, method)(request, timeout=timeout)
         finally:
             replica.in_flight_tokens -= tokens
             gauge.set(replica.in_flight_tokens)

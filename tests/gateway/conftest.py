@@ -6,7 +6,9 @@ service on loopback, with trivial math instead of a model, so these tests need n
 no engine. The integration tests (test_integration.py) run real `hedgerow server` processes.
 
 A stand-in embedding of a sequence is float32 [width]: (length, sum of ids, first id, last id,
-0, ...), so a test can tell which sequence a row belongs to and check input order.
+0, ...), so a test can tell which sequence a row belongs to and check input order. A stand-in
+Score ranks documents by the cosine of those rows with the query's (float64, rounded to float32),
+score descending then lower index, as the real server orders them.
 """
 
 import threading
@@ -32,7 +34,7 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
     def __init__(self, owner: "StandIn") -> None:
         self.owner = owner
 
-    def Embed(self, request, context):
+    def _begin(self, context) -> None:
         owner = self.owner
         with owner.lock:
             owner.calls += 1
@@ -41,19 +43,44 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
             context.abort(failure, f"stand-in told to fail with {failure.name}")
         if owner.delay:
             time.sleep(owner.delay)
+
+    @staticmethod
+    def _rows(request) -> tuple[np.ndarray, np.ndarray]:
         ids = np.frombuffer(request.input_ids, dtype="<i4")
         cu = np.frombuffer(request.cu_seqlens, dtype="<i4")
         rows = np.zeros((len(cu) - 1, WIDTH), dtype="<f4")
         for i in range(len(cu) - 1):
             seq = ids[cu[i]:cu[i + 1]]
             rows[i, :4] = (len(seq), seq.sum(), seq[0], seq[-1])
+        return ids, rows
+
+    def Embed(self, request, context):
+        owner = self.owner
+        self._begin(context)
+        ids, rows = self._rows(request)
+        sequences = len(rows)
         if request.dimensions:
             rows = rows[:, :request.dimensions]
         with owner.lock:
             owner.tokens += len(ids)
-            owner.chunks.append(len(cu) - 1)
+            owner.chunks.append(sequences)
         return embed_pb2.EmbedResponse(embeddings=rows.tobytes(), shape=list(rows.shape),
                                        dtype=embed_pb2.FLOAT32, prompt_tokens=len(ids))
+
+    def Score(self, request, context):
+        owner = self.owner
+        self._begin(context)
+        ids, rows = self._rows(request)
+        rows = rows.astype(np.float64)
+        query, docs = rows[0], rows[1:]
+        scores = (docs @ query / np.linalg.norm(docs, axis=1) / np.linalg.norm(query))
+        scores = scores.astype(np.float32)
+        order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))[:request.top_n]
+        with owner.lock:
+            owner.tokens += len(ids)
+            owner.chunks.append(len(docs))
+        return embed_pb2.ScoreResponse(indices=order, scores=[float(scores[i]) for i in order],
+                                       prompt_tokens=len(ids))
 
     def Info(self, request, context):
         return embed_pb2.InfoResponse(

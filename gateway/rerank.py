@@ -1,0 +1,216 @@
+"""POST /v1/rerank (Cohere/Jina style): rank documents by similarity to a query, over Score.
+
+Owns the rerank request's shape (`RerankRequest`: `query`, `documents` as strings or
+`{"text": ...}`, `top_n`, `return_documents`) with a specific message for every malformed case;
+the steps of one request (the query's and the documents' templates, tokenizing, the token
+limits, cutting the documents into chunks that each travel WITH the query as one Score call);
+the exact merge of the per-chunk top-k lists (`merge_ranked`); and the response body. The
+routing of chunks is the router's; errors are translated in http_errors.py. Knows nothing about
+HTTP or gRPC, and imports no torch: the merge is plain Python.
+"""
+
+import dataclasses
+import math
+import time
+import uuid
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+
+from hedgerow.gateway.chunking import plan_chunks
+from hedgerow.gateway.errors import RequestError
+from hedgerow.gateway.service import EmbeddingService
+from hedgerow.gateway.tokenizer import Sequences
+
+DOCUMENT_SHAPES = 'a list of strings or of objects {"text": string}'
+# Tokenize without the tokenizer's own length check: rerank names the limit in its own words.
+_UNLIMITED = 2**31 - 1
+
+
+class RerankRequest(BaseModel):
+    """POST /v1/rerank. Unknown fields (Cohere's rank_fields, Jina's extras) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: StrictStr
+    query: Any
+    documents: Any
+    top_n: StrictInt | None = None
+    return_documents: StrictBool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Reranked:
+    ranked: list[tuple[int, float]]  # (document index, relevance score float32), best first
+    documents: list[str]             # the request's documents, in request order
+    total_tokens: int                # the query's and the documents' tokens, templates included
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _check_text(text: str, where: str, param: str) -> None:
+    if not text:
+        raise RequestError(f"{where} is an empty string; it must have text", param=param,
+                           code="empty_input")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(f"{where} is not valid Unicode (it holds a lone surrogate)",
+                               param=param, code="invalid_text") from None
+
+
+def parse_query(value: Any) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"query must be a string; got {_kind(value)}", param="query",
+                           code="invalid_type")
+    _check_text(value, "query", "query")
+    return value
+
+
+def parse_documents(value: Any, max_inputs: int) -> list[str]:
+    """The documents' texts in order, from strings or {"text": string} objects (mixable)."""
+    if not isinstance(value, list):
+        raise RequestError(f"documents must be {DOCUMENT_SHAPES}; got {_kind(value)}",
+                           param="documents", code="invalid_type")
+    if not value:
+        raise RequestError("documents is an empty list; send at least one document",
+                           param="documents", code="empty_input")
+    if len(value) > max_inputs:
+        raise RequestError(
+            f"documents has {len(value)} items; at most {max_inputs} are accepted per request "
+            "(--max-inputs)", param="documents", code="too_many_inputs")
+    texts = []
+    for index, item in enumerate(value):
+        where = f"documents[{index}]"
+        if isinstance(item, dict):
+            if not isinstance(item.get("text"), str):
+                raise RequestError(
+                    f'{where} is an object without a string "text" field (its "text" is '
+                    f'{_kind(item.get("text"))}); documents must be {DOCUMENT_SHAPES}',
+                    param="documents", code="invalid_type")
+            item = item["text"]
+            where += ".text"
+        elif not isinstance(item, str):
+            raise RequestError(f"{where} is {_kind(item)}; documents must be {DOCUMENT_SHAPES}",
+                               param="documents", code="invalid_type")
+        _check_text(item, where, "documents")
+        texts.append(item)
+    return texts
+
+
+def check_top_n(top_n: int | None, documents: int) -> int:
+    """How many results to return: all when unset, at most the number of documents."""
+    if top_n is None:
+        return documents
+    if top_n <= 0:
+        raise RequestError(f"top_n is {top_n}; it must be at least 1 (or left out for all)",
+                           param="top_n", code="invalid_value")
+    return min(top_n, documents)
+
+
+def _rank_key(candidate: tuple[int, float]) -> tuple[float, int]:
+    index, score = candidate
+    # Hedgerow's one order (kernels/topk_reference.py): score descending, NaN as -inf, -0 equal
+    # to +0 (Python's -0.0 == 0.0 already), then the lower index.
+    return (math.inf if math.isnan(score) else -score, index)
+
+
+def merge_ranked(parts: Iterable[tuple[Sequence[int], Sequence[float]]], top_n: int
+                 ) -> list[tuple[int, float]]:
+    """Merge per-chunk top-k lists (GLOBAL indices, scores) into the top `top_n`, best first.
+
+    This equals the top-k of the whole list, ties included, because every part was ranked in
+    the same total order (score descending, ties to the lower index) over a contiguous slice of
+    the documents, and asked for min(top_n, its size): take any document d of the whole list's
+    top-k. Fewer than k documents of the whole list rank above d, so fewer than k of its own
+    chunk do (the order between two documents does not depend on the chunk: a score depends
+    only on the document and the query, and a lower local index is a lower global index), so d
+    is in its chunk's list. The union of the lists thus holds the whole top-k, and sorting the
+    union in the same order puts exactly those k first, in their order.
+    """
+    candidates = [(int(index), float(score))
+                  for indices, scores in parts for index, score in zip(indices, scores)]
+    candidates.sort(key=_rank_key)
+    return candidates[:top_n]
+
+
+def rerank_body(result: Reranked, *, model: str, return_documents: bool) -> bytes:
+    """The JSON body: {"id", "model", "results": [{"index", "relevance_score", "document"?}],
+    "usage": {"total_tokens"}}. Scores are written as the shortest text that reads back as the
+    same float32 (a NaN embedding's score, -inf, is written as null)."""
+    results = []
+    for index, score in result.ranked:
+        item: dict[str, Any] = {"index": index, "relevance_score": np.float32(score)}
+        if return_documents:
+            item["document"] = {"text": result.documents[index]}
+        results.append(item)
+    body = {"id": str(uuid.uuid4()), "model": model, "results": results,
+            "usage": {"total_tokens": result.total_tokens}}
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _too_long(where: str, length: int, max_tokens: int, what: str) -> str:
+    return (f"{where} has {length} tokens (its template included); the model accepts at most "
+            f"{max_tokens} tokens per {what}. Shorten it, or run the gateway with --truncate "
+            "to cut long inputs.")
+
+
+class Reranker:
+    """One rerank request's steps, on the embedding service's card, tokenizer and router."""
+
+    def __init__(self, service: EmbeddingService) -> None:
+        self._service = service
+
+    async def _tokenize(self, texts: list[str], input_type: str, param: str) -> Sequences:
+        service = self._service
+        card, truncate = service.card, service.settings.truncate
+        started = time.perf_counter()
+        sequences = await service.tokenizer.encode(
+            texts, template=card.templates.get(input_type, ""),
+            max_tokens=card.max_tokens if truncate else _UNLIMITED, truncate=truncate)
+        service.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+        over = np.flatnonzero(sequences.lengths > card.max_tokens)
+        if over.size:
+            first = int(over[0])
+            where = "query" if param == "query" else f"documents[{first}]"
+            raise RequestError(_too_long(where, int(sequences.lengths[first]), card.max_tokens,
+                                         "query" if param == "query" else "document"),
+                               param=param, code="context_length_exceeded")
+        return sequences
+
+    async def rerank(self, body: RerankRequest, *, deadline: float) -> Reranked:
+        """Rank the body's documents against its query; `deadline` is on the loop's clock."""
+        service = self._service
+        settings = service.settings
+        service.check_model(body.model)
+        query = parse_query(body.query)
+        documents = parse_documents(body.documents, settings.max_inputs)
+        top_n = check_top_n(body.top_n, len(documents))
+        query_ids = await self._tokenize([query], "query", "query")
+        document_ids = await self._tokenize(documents, "document", "documents")
+        total = query_ids.total_tokens + document_ids.total_tokens
+        if total > settings.max_request_tokens:
+            raise RequestError(
+                f"the request has {total} tokens (query and documents); at most "
+                f"{settings.max_request_tokens} are accepted per request (--max-request-tokens)",
+                param="documents", code="too_many_tokens")
+        # Each chunk carries the query too, so the documents get the budget less the query.
+        budget = settings.chunk_tokens
+        if service.card.max_request_tokens:
+            budget = min(budget, service.card.max_request_tokens)
+        chunks = plan_chunks(document_ids.lengths, max(1, budget - query_ids.total_tokens))
+        parts = await service.router.score(query_ids.input_ids, document_ids, chunks,
+                                           top_n=top_n, deadline=deadline)
+        ranked = merge_ranked(((indices.tolist(), scores.tolist()) for indices, scores in parts),
+                              top_n)
+        service.metrics.tokens.inc(total + query_ids.total_tokens * (len(chunks) - 1))
+        service.metrics.inputs.inc(len(documents) + len(chunks))
+        return Reranked(ranked=ranked, documents=documents, total_tokens=total)
