@@ -1,0 +1,184 @@
+"""Benchmark /v1/rerank end to end on CPU: 1 query x 100 documents of 128 tokens; prints a table.
+
+    .venv/bin/python -P benchmarks/rerank_cpu.py [--requests 30] [--documents 100] [--servers 1]
+    .venv/bin/python -P benchmarks/rerank_cpu.py --server 127.0.0.1:50051 --gateway http://127.0.0.1:8080
+
+Unless `--server` and `--gateway` are given, starts `--servers` `hedgerow server` processes
+(packaged all-MiniLM-L6-v2, CPU) and one `hedgerow gateway` (default chunk budget, 2048
+tokens, so 100 x 128 tokens travel as several Score calls spread over the servers) on free
+loopback ports. Every document tokenizes to exactly `--tokens` tokens (special tokens
+included; the texts are single-token words, checked with the gateway's tokenizer). Then, after
+a warm-up, `--requests` sequential requests each way, interleaved so drift hits both alike:
+  - through the gateway: POST /v1/rerank with the texts (JSON, tokenization, chunking, Score
+    calls, merge, JSON back), top_n 10; the HTTP client (httpx) is part of the path;
+  - straight to one server: one Score call with all the token ids (no gateway, no chunking).
+Reports p50 and p99 of each. Client, gateway and servers share this machine's cores: on a small
+or busy machine the numbers are noisy and pessimistic.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+import httpx
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from hedgerow.defaults import default_model_path
+from hedgerow.gateway.tokenizer import TextTokenizer
+from hedgerow.wire import embed_pb2, embed_pb2_grpc
+
+MODEL = "all-MiniLM-L6-v2"
+QUERY = "which shrubs make a good hedge for nesting birds?"
+WORDS = ("hawthorn hazel field margin robin ditch bank lane oak ash holly rose meadow sheep "
+         "wall gate badger bird nest tree green water stone river hill road farm").split()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
+    return subprocess.Popen([sys.executable, "-P", "-m", "hedgerow", *args, "--log-level",
+                             "warning"], env=env, start_new_session=True)
+
+
+def wait(what: str, proc: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"{what} not ready after 180 s")
+
+
+def serving(address: str) -> bool:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=1)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def ready(url: str, replicas: int) -> bool:
+    try:
+        answer = httpx.get(url + "/readyz", timeout=1)
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200 and len(answer.json()["ready_replicas"]) >= replicas
+
+
+def documents(tokenizer: TextTokenizer, count: int, tokens: int) -> list[str]:
+    """`count` texts of exactly `tokens` tokens each (single-token words), all different."""
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, size=tokens - 2)) for _ in range(count)]
+    lengths = tokenizer.encode_sync(texts, "", 100_000, False).lengths
+    if not (lengths == tokens).all():
+        raise SystemExit(f"documents tokenize to {sorted(set(lengths.tolist()))} tokens, "
+                         f"not {tokens}: a word in WORDS is not a single token")
+    return texts
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    values = np.asarray(samples) * 1000.0
+    return float(np.percentile(values, 50)), float(np.percentile(values, 99))
+
+
+def measure(server: str, gateway: str, tokenizer: TextTokenizer, texts: list[str],
+            requests: int, top_n: int):
+    query = tokenizer.encode_sync([QUERY], "", 512, False)
+    docs = tokenizer.encode_sync(texts, "", 512, False)
+    ids = np.concatenate([query.input_ids, docs.input_ids]).astype("<i4")
+    lengths = np.concatenate([query.lengths, docs.lengths])
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype("<i4")
+    request = embed_pb2.ScoreRequest(input_ids=ids.tobytes(), cu_seqlens=cu.tobytes(),
+                                     top_n=top_n)
+    body = {"model": MODEL, "query": QUERY, "documents": texts, "top_n": top_n}
+    direct, through = [], []
+    with grpc.insecure_channel(server, options=[("grpc.max_send_message_length", -1)]) as channel, \
+            httpx.Client(base_url=gateway, timeout=300) as http:
+        stub = embed_pb2_grpc.EmbedderStub(channel)
+        for _ in range(3):  # warm-up: connections, caches, the engine's first shapes
+            want = list(stub.Score(request, timeout=300).indices)
+            answer = http.post("/v1/rerank", json=body)
+            answer.raise_for_status()
+        got = [result["index"] for result in answer.json()["results"]]
+        if got != want:
+            raise SystemExit(f"gateway ranked {got}, the server alone {want}")
+        for _ in range(requests):
+            started = time.perf_counter()
+            stub.Score(request, timeout=300)
+            direct.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            http.post("/v1/rerank", json=body).raise_for_status()
+            through.append(time.perf_counter() - started)
+    return direct, through, int(lengths.sum())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--documents", type=int, default=100)
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per document")
+    parser.add_argument("--top-n", type=int, default=10)
+    parser.add_argument("--servers", type=int, default=1, help="servers to start")
+    parser.add_argument("--cpu-threads", type=int, default=0,
+                        help="--cpu-threads of each started server (0: torch's default)")
+    parser.add_argument("--server", help="a running server's gRPC host:port")
+    parser.add_argument("--gateway", help="a running gateway's URL in front of --server")
+    args = parser.parse_args()
+
+    tokenizer = TextTokenizer(default_model_path(), threads=1)
+    texts = documents(tokenizer, args.documents, args.tokens)
+    children: list[subprocess.Popen] = []
+    try:
+        server, gateway = args.server, args.gateway
+        if not (server and gateway):
+            addresses = []
+            for _ in range(args.servers):
+                port, http_port = free_port(), free_port()
+                addresses.append(f"127.0.0.1:{port}")
+                children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
+                                       "--http-port", str(http_port), "--cpu-threads",
+                                       str(args.cpu_threads)]))
+                wait("server", children[-1], lambda: serving(addresses[-1]))
+            server, gw_port = addresses[0], free_port()
+            gateway = f"http://127.0.0.1:{gw_port}"
+            children.append(start(["gateway", "--servers", ",".join(addresses), "--port",
+                                   str(gw_port)]))
+            wait("gateway", children[-1], lambda: ready(gateway, len(addresses)))
+        direct, through, tokens = measure(server, gateway, tokenizer, texts, args.requests,
+                                          args.top_n)
+    finally:
+        for child in reversed(children):
+            child.send_signal(signal.SIGTERM)
+            child.wait(60)
+        tokenizer.close()
+
+    d50, d99 = percentiles(direct)
+    g50, g99 = percentiles(through)
+    where = f"{args.servers} server(s)" if not args.server else "the given server"
+    print(f"\nRerank on CPU, all-MiniLM-L6-v2: 1 query x {args.documents} documents of "
+          f"{args.tokens} tokens ({tokens} tokens), top_n {args.top_n}, {where}, "
+          f"{args.requests} sequential requests each way (noisy on a shared machine)\n")
+    print("| path | p50 ms | p99 ms |\n| --- | ---: | ---: |")
+    print(f"| POST /v1/rerank through the gateway (texts, chunked Score calls, merge) "
+          f"| {g50:.1f} | {g99:.1f} |")
+    print(f"| one Score call straight to a server (token ids) | {d50:.1f} | {d99:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
