@@ -5,7 +5,9 @@ HTTP listener come up first, so probes get answers while the model loads on a wo
 then the scheduling loop starts and health turns SERVING once the engine is warm (it has no
 hot set, or has captured all of it). SIGTERM or SIGINT turns health NOT_SERVING, stops
 admitting (new Embed calls get UNAVAILABLE), finishes admitted work within the shutdown
-grace, stops the listeners and returns 0. Knows nothing about batching or byte layouts.
+grace, stops the listeners and returns 0. If the scheduling loop itself fails (a bug), the
+same shutdown runs at once and returns 1, so a supervisor restarts the process. Knows nothing
+about batching or byte layouts.
 """
 
 import asyncio
@@ -127,7 +129,8 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
         raise
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
-    loop = EmbedLoop(engine, scheduler, state.metrics, engine_thread=threads)
+    loop = EmbedLoop(engine, scheduler, state.metrics, engine_thread=threads,
+                     on_crash=lambda error: stop.set())
     loop.start()
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
@@ -161,4 +164,6 @@ async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio
         await loop.close()
     log.info("%s", fields(event="server.stopped", drained=drained,
                           seconds=time.monotonic() - began))
+    if loop is not None and loop.crashed is not None:
+        return 1  # a supervisor should restart this process
     return 0

@@ -10,7 +10,8 @@ is being captured, the record would land inside the graph. An earlier design tha
 buffers die on the event loop thread failed on an H200 with "CUDA error: invalid argument" in
 the next pinned allocation, once lazy captures began; this one passes the same test.)
 
-A result that is not ready when its step returns is waited for on a second thread
+A result already on the host when `step` returns (always, on CPU) comes back with the launch.
+One that is not ready is waited for on a second thread
 (`wait(ticket)`, a blocking `synchronize()` that holds no lock the event loop needs), so the
 engine thread stays free to launch the next batch. Knows nothing about requests or batching.
 """
@@ -30,7 +31,9 @@ class Launched(NamedTuple):
     ticket: int
     started: float   # time.monotonic() when the engine took the batch
     returned: float  # when `step` returned
-    ready: bool      # the result was on the host already (CPU; or a fast device)
+    # The rows, float32 [B, D], when the result was on the host as `step` returned (the CPU
+    # engine, or a device that was quick); None means: wait, then collect.
+    rows: torch.Tensor | None
 
 
 class EngineThread:
@@ -74,8 +77,10 @@ class EngineThread:
         started = time.monotonic()
         lazy = self.engine.step(batch)
         returned = time.monotonic()
+        if lazy.ready():
+            return Launched(ticket, started, returned, lazy.synchronize().clone())
         self._pending[ticket] = lazy
-        return Launched(ticket, started, returned, lazy.ready())
+        return Launched(ticket, started, returned, None)
 
     def _wait(self, ticket: int) -> float:
         self._pending[ticket].synchronize()

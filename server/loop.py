@@ -8,10 +8,11 @@ launches batch N+1 (at most `depth` batches in flight), so on a GPU the host pre
 batch while the device computes, and on CPU (where `step` computes synchronously on the engine
 thread) the event loop keeps accepting requests meanwhile.
 
-Per batch: launch (engine thread; `ready()` is checked there as soon as `step` returns); if
-not ready, wait (the device-wait thread blocks in `synchronize()`); collect (engine thread,
-a pageable copy of the rows). Each stage completes a future that wakes the loop task. The
-event loop never blocks and never makes a device call.
+Per batch: launch (engine thread; `ready()` is checked there as soon as `step` returns, and a
+ready result comes back with the launch); if not ready, wait (the device-wait thread blocks in
+`synchronize()`), then collect (engine thread, a pageable copy of the rows). Each stage
+completes a future that wakes the loop task. A batch stops counting against the overlap depth
+once its result is on the host. The event loop never blocks and never makes a device call.
 
 It knows nothing about gRPC, the wire format or postprocessing: token ids in, raw pooled
 float32 rows out. The engine is anything with `step(RaggedBatch) -> LazyTensor`.
@@ -63,6 +64,17 @@ class _Launched:
     collect: "asyncio.Future[torch.Tensor] | None" = None
     done_at: float = 0.0                                # when the result was on the host
 
+    @property
+    def on_device(self) -> bool:
+        """Still computing (or copying back): counts against the overlap depth."""
+        if self.collect is not None:
+            return False                      # on the host, being copied out
+        if not self.launch.done():
+            return True                       # being launched (on CPU: computed)
+        if self.launch.exception() is not None:
+            return False
+        return self.launch.result().rows is None  # not ready at launch: being waited for
+
 
 class EmbedLoop:
     """Owns the pool; turns submitted requests into engine steps and completed futures."""
@@ -74,6 +86,7 @@ class EmbedLoop:
         metrics: ServerMetrics,
         *,
         engine_thread: EngineThread | None = None,
+        on_crash: Callable[[BaseException], None] | None = None,
         depth: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -92,6 +105,8 @@ class EmbedLoop:
         self._stopping = False
         self._admitting = True
         self._task: asyncio.Task | None = None
+        self._on_crash = on_crash
+        self.crashed: BaseException | None = None
         self.steps = 0
         self.shapes: set[tuple[int, int]] = set()  # (sequences, tokens) of steps run
 
@@ -104,7 +119,8 @@ class EmbedLoop:
         bound, both at once. `deadline` is on this loop's clock (time.monotonic).
         """
         if not self._admitting:
-            raise NotReadyError("server is shutting down; send the request to another replica")
+            why = "failed" if self.crashed else "is shutting down"
+            raise NotReadyError(f"server {why}; send the request to another replica")
         now = self._clock()
         request = Request(
             payloads=payloads,
@@ -149,6 +165,26 @@ class EmbedLoop:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="hedgerow-scheduling-loop")
+        self._task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        """The loop task must only end through `close()`; if it dies, say so and refuse work."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        log.critical("%s", fields(event="loop.crashed", error=repr(error)), exc_info=error)
+        self.crashed = error
+        self._admitting = False
+        failure = EngineStepError(f"the server's scheduling loop failed: {error!r}")
+        for launched in self._launched:
+            for request in self._scheduler.fail(launched.batch):
+                self._finish(request, exception=failure)
+        while (batch := self._scheduler.next_batch(float("-inf"))) is not None:
+            for request in self._scheduler.fail(batch):
+                self._finish(request, exception=failure)
+        self._idle.set()
+        if self._on_crash is not None:
+            self._on_crash(error)
 
     def stop_admitting(self) -> None:
         self._admitting = False
@@ -166,7 +202,7 @@ class EmbedLoop:
         """Stop the loop task and the worker threads (after `drain`, or abandoning work)."""
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():
             await self._task
         await self._threads.close()
 
@@ -188,7 +224,7 @@ class EmbedLoop:
 
     def _launch(self) -> None:
         """Form and launch batches while fewer than `depth` are in flight."""
-        while len(self._launched) < self._depth:
+        while sum(1 for launched in self._launched if launched.on_device) < self._depth:
             now = self._clock()
             batch = self._scheduler.next_batch(now)
             if batch is None:
@@ -218,13 +254,19 @@ class EmbedLoop:
             head = self._launched[0]
             if not self._advance(head):
                 break
-            self._launched.popleft()
-            error = head.launch.exception() or head.collect.exception()
+            error = head.launch.exception()
+            if error is None and head.collect is not None:
+                error = head.collect.exception()
             if error is not None:
+                self._launched.popleft()
                 self._fail(head, error)
                 continue
-            self._metrics.step_seconds.observe(head.done_at - head.launch.result().started)
-            for request in self._scheduler.complete(head.batch, head.collect.result()):
+            launched = head.launch.result()
+            rows = launched.rows if launched.rows is not None else head.collect.result()
+            self._metrics.step_seconds.observe(head.done_at - launched.started)
+            finished = self._scheduler.complete(head.batch, rows)
+            self._launched.popleft()
+            for request in finished:
                 self._finish(request, result=torch.stack(request.rows))
         self._update_gauges()
 
@@ -235,15 +277,18 @@ class EmbedLoop:
         if head.launch.exception() is not None:
             return True
         launched = head.launch.result()
+        if launched.rows is not None:
+            head.done_at = launched.returned
+            return True
+        if head.wait is None:
+            head.wait = self._threads.wait(launched.ticket)
+            head.wait.add_done_callback(self._on_done)
+            return False
+        if not head.wait.done():
+            return False
         if head.collect is None:
-            if not launched.ready and head.wait is None:
-                head.wait = self._threads.wait(launched.ticket)
-                head.wait.add_done_callback(self._on_done)
-                return False
-            if head.wait is not None and not head.wait.done():
-                return False
-            waited = head.wait is not None and head.wait.exception() is None
-            head.done_at = head.wait.result() if waited else launched.returned
+            failed = head.wait.exception() is not None
+            head.done_at = time.monotonic() if failed else head.wait.result()
             head.collect = self._threads.collect(launched.ticket)  # re-raises a failed wait
             head.collect.add_done_callback(self._on_done)
             return False

@@ -1,10 +1,11 @@
 """The scheduling loop's overlap, ordering, cancellation and failure handling.
 
-These tests use a stand-in engine on purpose: what they check is how the loop behaves when
+Most tests use a stand-in engine on purpose: what they check is how the loop behaves when
 `step` returns at once and the result arrives later (a GPU), which cannot happen on this
 CPU-only machine. The stand-in's LazyTensor-like handles stay not-ready until the test
 releases them; its rows encode which sequence they belong to, so misrouting would show.
-The real engine behind the real server is covered by test_server_process.py.
+`CompletedEngine` answers the way the CPU engine does (a completed LazyTensor). The real
+engine behind the real server is covered by test_server_process.py.
 """
 
 import asyncio
@@ -13,6 +14,7 @@ import threading
 import pytest
 import torch
 
+from hedgerow.engine.lazy import LazyTensor
 from hedgerow.errors import NotReadyError, OverloadedError
 from hedgerow.server.loop import DeadlineExceededError, EmbedLoop, EngineStepError
 from hedgerow.server.metrics import ServerMetrics
@@ -66,6 +68,19 @@ class DeviceLikeEngine:
     @property
     def tokens_seen(self) -> set[int]:
         return {t for batch in self.batches for seq in batch for t in seq}
+
+
+class CompletedEngine:
+    """Like the CPU engine: the result is complete when `step` returns."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self, batch):
+        self.steps += 1
+        cu = batch.cu_seqlens.tolist()
+        firsts = [float(batch.input_ids[a]) for a in cu[:-1]]
+        return LazyTensor.completed(torch.tensor([[f] * WIDTH for f in firsts]))
 
 
 def seq(*tokens: int) -> torch.Tensor:
@@ -205,3 +220,49 @@ def test_admission_and_shutdown_refuse_at_once():
     drained_early, drained, rows = asyncio.run(main())
     assert drained_early is False and drained is True
     assert rows.tolist() == [[1.0] * WIDTH]
+
+
+def test_results_complete_when_step_returns_them_ready_as_on_cpu():
+    async def main():
+        engine = CompletedEngine()
+        loop = make_loop(engine, tokens=3, seqs=2)
+        loop.start()
+        requests = [loop.submit([seq(10 * r + i, 0) for i in range(1 + r % 3)], None)
+                    for r in range(7)]
+        rows = [await loop.result(request) for request in requests]
+        assert await loop.drain(5)
+        await loop.close()
+        return rows, engine.steps
+
+    rows, steps = asyncio.run(main())
+    for r, got in enumerate(rows):
+        assert [row[0] for row in got.tolist()] == [10.0 * r + i for i in range(1 + r % 3)]
+    assert steps >= 7
+
+
+class BrokenScheduler(Scheduler):
+    def complete(self, batch, rows):
+        raise RuntimeError("a bug in result assembly")
+
+
+def test_a_crashed_loop_fails_pending_work_refuses_more_and_reports_the_crash():
+    crashes = []
+
+    async def main():
+        loop = EmbedLoop(CompletedEngine(), BrokenScheduler(4, 8, 1000), ServerMetrics(),
+                         on_crash=crashes.append)
+        loop.start()
+        first = loop.submit([seq(1, 1, 1, 1)], None)
+        second = loop.submit([seq(2, 2)], None)
+        outcomes = []
+        for request in (first, second):
+            with pytest.raises(EngineStepError, match="scheduling loop failed") as error:
+                await loop.result(request)
+            outcomes.append(error.value)
+        with pytest.raises(NotReadyError, match="server failed"):
+            loop.submit([seq(3)], None)
+        await loop.close()
+        return outcomes
+
+    assert len(asyncio.run(main())) == 2
+    assert len(crashes) == 1 and "a bug in result assembly" in str(crashes[0])

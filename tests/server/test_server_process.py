@@ -61,7 +61,7 @@ def sentence(*words: int, length: int | None = None) -> list[int]:
 
 
 def test_info_describes_the_served_model(stub, engine):
-    info = stub.Info(embed_pb2.InfoRequest())
+    info = stub.Info(embed_pb2.InfoRequest(), timeout=60)
     assert info.dimensions == engine.info.dimensions == 384
     assert info.max_tokens == engine.info.max_tokens
     assert info.architecture == "bert" and info.pooling == "mean" and info.normalize
@@ -79,7 +79,7 @@ def test_info_describes_the_served_model(stub, engine):
     ([sentence(7592, 2088), sentence(2023)], {"dimensions": 64, "normalize": False}),
 ])
 def test_results_equal_the_engines_direct_output(stub, engine, sequences, options):
-    response = stub.Embed(embed_request(sequences, **options))
+    response = stub.Embed(embed_request(sequences, **options), timeout=60)
     expected = reference(engine, sequences, options.get("normalize", True),
                          options.get("dimensions"))
     got = decode_embeddings(response)
@@ -96,7 +96,7 @@ def test_results_equal_the_engines_direct_output(stub, engine, sequences, option
 def test_half_precision_outputs_are_the_rounded_float32_result(stub, engine, dtype, torch_dtype,
                                                                atol):
     sequences = [sentence(7592, 2088), sentence(2023, 2003)]
-    response = stub.Embed(embed_request(sequences, dtype=dtype))
+    response = stub.Embed(embed_request(sequences, dtype=dtype), timeout=60)
     assert response.dtype == dtype
     assert len(response.embeddings) == 2 * 384 * 2
     expected = torch.from_numpy(reference(engine, sequences)).to(torch_dtype).float().numpy()
@@ -254,7 +254,7 @@ def test_an_expired_request_never_reaches_the_engine(server):
 
 
 def test_metrics_and_warmup_are_served_over_http(server, stub):
-    stub.Embed(embed_request([sentence(7592, 2088)]))
+    stub.Embed(embed_request([sentence(7592, 2088)]), timeout=60)
     warmup = server.warmup()
     assert warmup["loaded"] is True and warmup["serving"] is True
     assert warmup["coverage"] == 1.0 and warmup["captured"] == 0  # the CPU engine has no graphs
