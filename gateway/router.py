@@ -13,7 +13,7 @@ HTTP or tokenization; gets sequences already cut into chunks.
 import asyncio
 import itertools
 import logging
-from typing import Protocol, Sequence
+from typing import Awaitable, Iterable, Protocol, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -38,6 +38,7 @@ log = logging.getLogger("hedgerow.gateway.router")
 # are pure functions of their input, so sending a chunk twice is safe.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
+T = TypeVar("T")
 
 
 def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = ()) -> Replica | None:
@@ -113,19 +114,9 @@ class Router:
         DeadlineError, RequestError (the server rejected the input), UpstreamOverloadedError
         or UpstreamError.
         """
-        if not self._replicas.ready():
-            raise NoReplicaError(NO_REPLICA_MESSAGE)
         starts = offsets(sequences.lengths)
-        tasks = [
-            asyncio.ensure_future(self._chunk(sequences, starts, chunk, dimensions, deadline))
-            for chunk in chunks
-        ]
-        try:
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
+        results = await self._all(self._chunk(sequences, starts, chunk, dimensions, deadline)
+                                  for chunk in chunks)
         try:
             return reassemble(chunks, results)
         except ValueError as error:
@@ -162,14 +153,19 @@ class Router:
         int64 [k_c] as GLOBAL document indices, scores float32 [k_c]) best first. Raises as
         `embed` does.
         """
+        starts = offsets(documents.lengths)
+        return await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
+                                                 deadline) for chunk in chunks)
+
+    async def _all(self, calls: Iterable[Awaitable[T]]) -> list[T]:
+        """Run the per-chunk calls concurrently; the first failure cancels the others.
+
+        NoReplicaError before any call is made when no replica is ready (`calls` is consumed
+        only after that check).
+        """
         if not self._replicas.ready():
             raise NoReplicaError(NO_REPLICA_MESSAGE)
-        starts = offsets(documents.lengths)
-        tasks = [
-            asyncio.ensure_future(self._score_chunk(query, documents, starts, chunk, top_n,
-                                                    deadline))
-            for chunk in chunks
-        ]
+        tasks = [asyncio.ensure_future(call) for call in calls]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
