@@ -1,7 +1,8 @@
 """Benchmark /v1/rerank end to end on CPU: 1 query x 100 documents of 128 tokens; prints a table.
 
     .venv/bin/python -P benchmarks/rerank_cpu.py [--requests 30] [--documents 100] [--servers 1]
-    .venv/bin/python -P benchmarks/rerank_cpu.py --server 127.0.0.1:50051 --gateway http://127.0.0.1:8080
+    .venv/bin/python -P benchmarks/rerank_cpu.py --server 127.0.0.1:50051 \
+        --gateway http://127.0.0.1:8080
 
 Unless `--server` and `--gateway` are given, starts `--servers` `hedgerow server` processes
 (packaged all-MiniLM-L6-v2, CPU) and one `hedgerow gateway` (default chunk budget, 2048

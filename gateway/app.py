@@ -1,10 +1,10 @@
 """The HTTP API: FastAPI routes that convert JSON to service calls and back.
 
 Owns the routes (`POST /v1/embeddings`, `POST /v1/rerank`, `GET /v1/models`, `POST /tokenize`,
-`GET /healthz`, `GET /readyz`, `GET /metrics`), reading a body under the size limit before any parsing, the API
-key check, the request deadline, latency metrics by route and status, and the app's lifetime
-(replica watchers start and stop with it). Request logic lives in `service.py` (and `rerank.py`),
-errors are translated in `http_errors.py`.
+`GET /healthz`, `GET /readyz`, `GET /metrics`), reading a body under the size limit before any
+parsing, the API key check, the request deadline, latency metrics by route and status, and the
+app's lifetime (replica watchers start and stop with it). Request logic lives in `service.py`
+and `rerank.py`, errors are translated in `http_errors.py`.
 """
 
 import asyncio
