@@ -88,15 +88,20 @@ def load_tokenizer(directory: Path):
     return tokenizer
 
 
-def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
-                 vocab_size: int) -> list[list[int]]:
-    """Token ids of `prefix + text` for each text; InvalidInputError for an empty text, one
-    longer than `max_tokens`, or a token id outside [0, vocab_size)."""
+def check_texts(texts: Sequence[str]) -> None:
+    """InvalidInputError for an empty list or an empty (or blank) text."""
     if not texts:
         raise InvalidInputError("no texts given: pass at least one TEXT")
     for i, text in enumerate(texts):
         if not text.strip():
             raise InvalidInputError(f"text {i} is empty")
+
+
+def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
+                 vocab_size: int) -> list[list[int]]:
+    """Token ids of `prefix + text` for each text; InvalidInputError for an empty text, one
+    longer than `max_tokens`, or a token id outside [0, vocab_size)."""
+    check_texts(texts)
     encodings = tokenizer.encode_batch([prefix + text for text in texts])
     ids = [encoding.ids for encoding in encodings]
     for i, seq in enumerate(ids):
@@ -130,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
     config: EmbedSettings = settings.load(EmbedSettings, args)
     logs.configure(config.log_level)
     texts: list[str] = list(args.texts)
-    if not texts:
-        raise InvalidInputError("no texts given: pass at least one TEXT")
+    check_texts(texts)  # before loading anything: a bad call fails in milliseconds
 
     import torch
 
@@ -152,10 +156,11 @@ def run(args: argparse.Namespace) -> int:
     normalize = info.normalize if config.normalize is None else config.normalize
 
     rows = []
-    for chunk in batches(sequences, config.max_batch_tokens):
-        batch = RaggedBatch.from_sequences(chunk)
-        engine.validate(batch)
-        rows.append(engine.step(batch).synchronize())
+    with logs.step(log, "embed", texts=len(texts), tokens=sum(len(s) for s in sequences)):
+        for chunk in batches(sequences, config.max_batch_tokens):
+            batch = RaggedBatch.from_sequences(chunk)
+            engine.validate(batch)
+            rows.append(engine.step(batch).synchronize())
     embeddings = postprocess(torch.cat(rows), normalize, config.dimensions)
     json.dump({
         "model": info.name,
