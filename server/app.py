@@ -59,8 +59,8 @@ def load_engine(settings: ServerSettings, gpu_settings: Any = None):
 
     from hedgerow.engine.engine import Engine
 
-    if settings.cpu_threads:
-        torch.set_num_threads(settings.cpu_threads)
+    if settings.device == "cpu":
+        torch.set_num_threads(settings.torch_threads())
     path = settings.model or default_model_path()
     engine = Engine.load(path, device=settings.device, dtype=settings.dtype,
                          gpu_settings=gpu_settings)
@@ -130,7 +130,7 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
     loop = EmbedLoop(engine, scheduler, state.metrics, engine_thread=threads,
-                     on_crash=lambda error: stop.set())
+                     on_crash=lambda error: stop.set(), depth=settings.overlap_depth())
     loop.start()
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True

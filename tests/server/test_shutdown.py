@@ -8,6 +8,7 @@ import json
 import grpc
 import numpy as np
 import pytest
+import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.server.app import load_engine, serve
@@ -67,7 +68,8 @@ def test_health_is_not_serving_until_the_model_is_loaded():
         return load_engine(settings, gpu_settings)
 
     settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
-                              shutdown_grace=5.0)  # torch's thread count stays as it is
+                              shutdown_grace=5.0,
+                              cpu_threads=torch.get_num_threads())  # leave this process's as is
     address = f"127.0.0.1:{settings.port}"
 
     def warmup() -> dict:
