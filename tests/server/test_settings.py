@@ -1,0 +1,48 @@
+"""ServerSettings: flags and variables, the checks between fields, the derived defaults."""
+
+import argparse
+
+import pytest
+
+from hedgerow import settings
+from hedgerow.errors import ConfigError
+from hedgerow.server.settings import ServerSettings
+
+
+def load(*argv: str, environ=None) -> ServerSettings:
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser, ServerSettings)
+    return settings.load(ServerSettings, parser.parse_args(list(argv)), environ or {})
+
+
+def test_flags_win_over_variables_and_defaults_fill_the_rest():
+    config = load("--max-batch-tokens", "512", environ={"HEDGEROW_MAX_BATCH_TOKENS": "64",
+                                                        "HEDGEROW_PORT": "6000"})
+    assert config.max_batch_tokens == 512 and config.port == 6000
+    assert config.http_port == 9090 and config.model is None and config.dtype == "float32"
+
+
+def test_a_request_limit_past_the_admission_bound_is_refused():
+    with pytest.raises(ConfigError, match="could never be admitted"):
+        load("--max-request-tokens", "5000", "--max-inflight-tokens", "4000")
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda0", "tpu"])
+def test_unknown_devices_are_refused(device):
+    with pytest.raises(ConfigError, match="not cpu, cuda or cuda:N"):
+        load("--device", device)
+
+
+def test_derived_defaults_depend_on_the_device():
+    assert load().overlap_depth() == 1
+    assert load("--device", "cuda:1").overlap_depth() == 2
+    assert load("--inflight-batches", "3").overlap_depth() == 3
+    assert load("--cpu-threads", "3").torch_threads() == 3
+    assert load().torch_threads() >= 1
+
+
+def test_out_of_range_values_name_the_flag():
+    with pytest.raises(ConfigError, match="--max-batch-seqs: 0 is below the minimum"):
+        load("--max-batch-seqs", "0")
+    with pytest.raises(ConfigError, match="--dtype: 'int8' is not one of"):
+        load("--dtype", "int8")
