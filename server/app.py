@@ -2,8 +2,8 @@
 
 Order of events: the gRPC listener (Embedder + grpc.health.v1, health NOT_SERVING) and the
 HTTP listener come up first, so probes get answers while the model loads on a worker thread;
-then the scheduling loop starts and health turns SERVING once the engine is warm (it has no
-hot set, or has captured all of it). SIGTERM or SIGINT turns health NOT_SERVING, stops
+then the scheduling loop starts and health turns SERVING once the engine is loaded and its
+warmup (hot-set capture) has returned. SIGTERM or SIGINT turns health NOT_SERVING, stops
 admitting (new Embed calls get UNAVAILABLE), finishes admitted work within the shutdown
 grace, stops the listeners and returns 0. If the scheduling loop itself fails (a bug), the
 same shutdown runs at once and returns 1, so a supervisor restarts the process. Knows nothing
@@ -30,7 +30,7 @@ from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.scheduler import Scheduler
 from hedgerow.server.service import SERVICE_NAME, EmbedderService
 from hedgerow.server.settings import ServerSettings
-from hedgerow.server.state import ServerState, is_warm
+from hedgerow.server.state import ServerState, engine_warmup_report, is_warm
 from hedgerow.wire import embed_pb2_grpc
 
 log = logging.getLogger("hedgerow.server")
@@ -102,8 +102,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     try:
         loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))
         if loaded:
-            if is_warm(state.engine):
-                await _set_serving(state, health)
+            await _set_serving(state, health)
             await stop.wait()
         return await _shutdown(state, health, server)
     finally:
@@ -137,6 +136,18 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
 
 
 async def _set_serving(state: ServerState, health: HealthServicer) -> None:
+    """Health SERVING: the engine is loaded and its warmup (hot-set capture) has returned.
+
+    A hot set that could not be captured whole (a failed or over-budget capture) runs those
+    configurations eagerly: slower, still correct, so the replica serves and says so in the
+    log and in /warmup's coverage, which the operator's graphs-warm gate reads.
+    """
+    if not is_warm(state.engine):
+        report = engine_warmup_report(state.engine)
+        log.warning("%s", fields(event="server.hot_set_incomplete",
+                                 coverage=report.get("coverage"),
+                                 hot_set=report.get("hot_set"),
+                                 captured=report.get("hot_set_captured")))
     for name in HEALTH_SERVICES:
         await health.set(name, _SERVING)
     state.serving = True
