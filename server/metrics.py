@@ -31,7 +31,8 @@ class ServerMetrics:
             registry=r,
         )
         self.requests = Counter(
-            "hedgerow_requests", "Embed and Score requests by final status.", ["status"], registry=r,
+            "hedgerow_requests", "Embed and Score requests by final status.", ["status"],
+            registry=r,
         )
         for status in STATUSES:
             self.requests.labels(status)

@@ -80,7 +80,8 @@ class ServerProcess:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log_text()}")
+                raise AssertionError(
+                    f"server exited with {self.proc.returncode}:\n{self.log_text()}")
             if self.health() == health_pb2.HealthCheckResponse.SERVING:
                 return
             time.sleep(0.1)
