@@ -187,7 +187,14 @@ def timed_loop(call, requests, warmup: int) -> list[float]:
 # -- concurrent clients (separate processes, so the client's GIL is not what we measure) ------
 
 def _grpc_worker(args):
-    port, count, length, vocab, seed, requests = args
+    """Seconds for `requests` calls, or the error text (gRPC errors do not pickle)."""
+    try:
+        return _grpc_loop(*args)
+    except Exception as error:  # noqa: BLE001 - reported to the parent as text
+        return f"{type(error).__name__}: {error}"
+
+
+def _grpc_loop(port, count, length, vocab, seed, requests):
     client = GrpcClient(port)
     prepared = [client.request(random_sequences(count, length, vocab, seed + i))
                 for i in range(min(requests, 4))]
@@ -292,7 +299,7 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
     server = start(["server", "--model", str(directory), "--device", args.device, "--dtype",
                     dtype, "--host", "127.0.0.1", "--port", str(grpc_port),
                     "--http-port", str(http_port), "--max-batch-tokens", "8192",
-                    "--max-inflight-tokens", "1000000", "--max-request-tokens", "500000"],
+                    "--max-inflight-tokens", "4000000", "--max-request-tokens", "500000"],
                    server_log)
     gateway = None
     try:
@@ -322,7 +329,7 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
             results.append(row)
             log(f"{name} {chart} x={x}: {json.dumps({k: v for k, v in row.items() if k not in ('model', 'chart', 'x')})}")
 
-        for length in args.latency_lengths:
+        for length in args.latency_lengths if 1 in args.charts else ():
             n = args.requests if length < 4096 else max(args.requests // 4, 50)
             reqs = [client.request(random_sequences(1, length, vocab, i)) for i in range(8)]
             ours = timed_loop(client.embed, [reqs[i % 8] for i in range(n)], warmup=8)
@@ -330,7 +337,7 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
             base = timed_loop(baseline.embed, [seqs[i % 8] for i in range(min(n, 300))], 3)
             record("chart1", length, ours, base, n=n)
 
-        for count in args.score_counts:
+        for count in args.score_counts if 2 in args.charts else ():
             n = max(args.requests // (count // 5 + 1), 50)
             reqs = [client.request(random_sequences(count, args.score_length, vocab, i))
                     for i in range(4)]
@@ -340,13 +347,16 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
             record("chart2", count, ours, base, n=n)
 
         ctx = multiprocessing.get_context("spawn")
-        for length in args.throughput_lengths:
+        for length in args.throughput_lengths if 3 in args.charts else ():
             per_client = 2 if args.smoke else max(int(args.seconds * 2048 / length), 2)
             with ctx.Pool(4) as pool:
                 pool.map(_grpc_worker, [(grpc_port, 100, length, vocab, 7, 2)] * 4)  # warm
                 elapsed = pool.map(_grpc_worker,
                                    [(grpc_port, 100, length, vocab, 11 * c, per_client)
                                     for c in range(4)])
+            errors = [e for e in elapsed if isinstance(e, str)]
+            if errors:
+                raise SystemExit(f"{name} chart3 {length}: client failed: {errors[0]}")
             rate = 4 * per_client * 100 / max(elapsed)
             seqs = random_sequences(100, length, vocab, 5)
             base_times = timed_loop(baseline.embed, [seqs] * max(per_client // 2, 2), warmup=1)
@@ -450,6 +460,8 @@ def main(argv=None) -> int:
                         help="sequential requests per latency cell (the seed used 10,000)")
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="rough length of each throughput cell")
+    parser.add_argument("--charts", default="1,2,3,4",
+                        help="which charts to run, e.g. 3,4")
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
                              "(numbers meaningless)")
@@ -457,6 +469,7 @@ def main(argv=None) -> int:
                         help="tokenizer.json for random-weight models (default: the packaged "
                              "all-MiniLM-L6-v2 one)")
     args = parser.parse_args(argv)
+    args.charts = {int(c) for c in args.charts.split(",") if c.strip()}
     if args.tokenizer is None:
         from hedgerow.defaults import default_model_path
 
@@ -470,6 +483,8 @@ def main(argv=None) -> int:
         args.gate_lengths, args.latency_lengths = (7, 100, 256), (16, 64, 128)
         args.score_length, args.throughput_lengths, args.text_tokens = 64, (64,), 128
         args.score_counts, args.concurrency = (5,), (1, 2)
+    if 4 not in args.charts:
+        args.concurrency = ()
     args.out.mkdir(parents=True, exist_ok=True)
     import models as shapes  # benchmarks/models.py
 
