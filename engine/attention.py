@@ -11,11 +11,11 @@ before it). Models call the backend they are given and know nothing else about i
 backends (varlen, flash) live in their own modules.
 
 This module owns the CPU backend. It reads `cu_seqlens` on the host, which is free on the CPU
-and is why it is not a GPU backend. Strategy, chosen by measurement (docs/engine.md): one
-`scaled_dot_product_attention` call per sequence on strided views of the fused QKV output,
-so no padding, no mask and no [T, T] score matrix, and one concatenation of the outputs;
-grouped-query heads go through SDPA's `enable_gqa`, which the CPU flash kernel handles
-without repeating keys or values.
+and is why it is not a GPU backend. Strategy, chosen by measurement (docs/engine.md): attention
+per sequence on strided views of the fused QKV output, so no padding, no mask and no [T, T]
+score matrix, and one concatenation of the outputs. Short bidirectional MHA sequences use
+bmm-softmax-bmm; the rest `scaled_dot_product_attention`, whose CPU flash kernel handles
+causal masks and grouped-query heads (`enable_gqa`) without repeating keys or values.
 """
 
 from typing import Protocol
@@ -36,8 +36,19 @@ class Attention(Protocol):
     ) -> torch.Tensor: ...
 
 
+# Longest sequence that takes the explicit bmm-softmax-bmm path: its [H, L, L] scores stay
+# small (12 heads x 512 x 512 fp32 = 12.6 MB), and below it the explicit path uses a second
+# thread where the flash kernel does not (docs/engine.md).
+BMM_MAX_SEQLEN = 512
+
+
 class CpuRaggedAttention:
-    """Per-sequence SDPA over the ragged token axis (CPU only)."""
+    """Per-sequence attention over the ragged token axis (CPU only).
+
+    Short bidirectional float32 sequences without grouped-query heads (the BERT family): two
+    batched matmuls and a softmax. Everything else (causal, grouped-query, long, bf16): SDPA's
+    fused flash kernel, which never materialises the scores and never repeats keys/values.
+    """
 
     def __call__(
         self,
@@ -49,15 +60,22 @@ class CpuRaggedAttention:
         causal: bool,
     ) -> torch.Tensor:
         gqa = k.shape[1] != q.shape[1]
+        explicit_ok = not causal and not gqa and q.dtype == torch.float32
+        scale = q.shape[-1] ** -0.5
         bounds = cu_seqlens.tolist()
         outputs = []
         for start, end in zip(bounds[:-1], bounds[1:]):
-            # [L, H, D] slices seen as [1, H, L, D]: views, SDPA reads the strides as they are.
-            qs = q[start:end].unsqueeze(0).transpose(1, 2)
-            ks = k[start:end].unsqueeze(0).transpose(1, 2)
-            vs = v[start:end].unsqueeze(0).transpose(1, 2)
-            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=gqa)
-            outputs.append(o[0].transpose(0, 1))  # [L, Hq, D] (the flash kernel's own layout)
+            # [L, H, D] slices seen as [H, L, D]: views, the kernels read the strides as they are.
+            qs = q[start:end].transpose(0, 1)
+            ks = k[start:end].transpose(0, 1)
+            vs = v[start:end].transpose(0, 1)
+            if explicit_ok and end - start <= BMM_MAX_SEQLEN:
+                weights = torch.bmm(qs * scale, ks.transpose(1, 2)).softmax(-1)  # [H, L, L]
+                o = torch.bmm(weights, vs)                                         # [H, L, D]
+            else:
+                o = F.scaled_dot_product_attention(qs[None], ks[None], vs[None],
+                                                   is_causal=causal, enable_gqa=gqa)[0]
+            outputs.append(o.transpose(0, 1))  # [L, Hq, D]
         # One concatenation instead of a copy per sequence: fewer small parallel regions.
         return torch.cat(outputs) if len(outputs) > 1 else outputs[0].contiguous()
 

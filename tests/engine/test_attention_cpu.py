@@ -51,3 +51,17 @@ def test_bfloat16():
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), reference_attention(q, k, v, cu, 33, True).float(),
                                rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sequences_past_the_explicit_path_limit(causal):
+    from hedgerow.engine.attention import BMM_MAX_SEQLEN
+
+    generator = torch.Generator().manual_seed(7)
+    lengths = [3, BMM_MAX_SEQLEN + 9, BMM_MAX_SEQLEN]
+    fused = torch.randn(sum(lengths), 3 * 4, 8, generator=generator)
+    q, k, v = fused.split([4, 4, 4], dim=1)
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+    torch.testing.assert_close(CpuRaggedAttention()(q, k, v, cu, max(lengths), causal),
+                               reference_attention(q, k, v, cu, max(lengths), causal),
+                               rtol=1e-5, atol=1e-5)
