@@ -1,0 +1,38 @@
+"""`hedgerow bench NAME [ARGS...]`: run one of the project's benchmarks; each prints a table.
+
+The benchmarks live in benchmarks/ (imported as `hedgerow.bench`); every one is also a plain
+script (`python -P benchmarks/NAME.py`). Arguments after NAME go to the benchmark unchanged:
+`hedgerow bench serving-gpu --help` lists its own options. The GPU ones need a CUDA machine.
+"""
+
+import argparse
+import importlib
+import sys
+
+HELP = "Run one of Hedgerow's benchmarks and print its table (arguments after NAME go to it)."
+
+BENCHMARKS = {
+    "engine-cpu": ("engine_cpu", "CPU engine against sentence-transformers, real tokens/s"),
+    "server-cpu": ("server_cpu", "gRPC server on CPU: batch-1 latency and concurrent throughput"),
+    "gateway-cpu": ("gateway_cpu", "latency the gateway adds, and tokenization throughput"),
+    "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency on CPU"),
+    "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),
+    "serving-gpu": ("serving_gpu", "the seed's four charts through server and gateway (CUDA)"),
+    "topk": ("topk", "Triton top-k against torch.topk (CUDA)"),
+    "models": ("models", "write random-weight BGE-M3 / Qwen3-0.6B model directories"),
+}
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    listing = "; ".join(f"{name}: {text}" for name, (_, text) in BENCHMARKS.items())
+    parser.add_argument("benchmark", metavar="NAME", choices=sorted(BENCHMARKS),
+                        help=f"which benchmark. {listing}.")
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="passed to the benchmark unchanged")
+
+
+def run(args: argparse.Namespace) -> int:
+    module_name, _ = BENCHMARKS[args.benchmark]
+    module = importlib.import_module(f"hedgerow.bench.{module_name}")
+    sys.argv = [f"hedgerow bench {args.benchmark}", *args.arguments]
+    return int(module.main() or 0)
