@@ -8,7 +8,8 @@ fixed seed (about 54k real tokens with all-MiniLM-L6-v2's tokenizer). Both sides
 tokenization. sentence-transformers sorts by length and pads each batch of 32; Hedgerow packs
 texts in input order into ragged batches on a token budget, with no padding at all. The table
 reports real (non-padding) tokens per second, the best of `--repeats` interleaved rounds after
-one warm-up run each, and the ratio. A script, not a test: numbers depend on the machine and its load.
+one warm-up run each, and the ratio. A script, not a test: numbers depend on the machine and
+its load.
 """
 
 import argparse
@@ -43,7 +44,8 @@ WORDS = (
 ).split()
 
 
-def corpus(count: int = 512, min_words: int = 3, max_words: int = 200, seed: int = 20261129) -> list[str]:
+def corpus(count: int = 512, min_words: int = 3, max_words: int = 200,
+           seed: int = 20261129) -> list[str]:
     """`count` texts of `min_words` to `max_words` words, the same on every run."""
     rng = random.Random(seed)
     texts = []
@@ -97,7 +99,10 @@ def _padded_groups(q, k, v, cu_seqlens, groups):
         valid = offsets[None, :] < ln[:, None]                             # [n, L]
         rows = torch.minimum(st[:, None] + offsets, (st + ln - 1)[:, None]).reshape(-1)
         n = len(group)
-        gather = lambda x: x.index_select(0, rows).view(n, longest, x.shape[1], x.shape[2]).transpose(1, 2)  # noqa: E731
+
+        def gather(x: torch.Tensor) -> torch.Tensor:  # [n * L, H, D] rows -> [n, H, L, D]
+            return x.index_select(0, rows).view(n, longest, *x.shape[1:]).transpose(1, 2)
+
         o = F.scaled_dot_product_attention(gather(q), gather(k), gather(v),
                                            attn_mask=valid[:, None, None, :])
         keep = valid.reshape(-1)
@@ -201,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch-tokens", type=int, default=8192)
     parser.add_argument("--st-batch-size", type=int, default=32)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's)")
     parser.add_argument("--skip-st", action="store_true", help="time only the engine")
     parser.add_argument("--cpu-linear", default="onednn", choices=("onednn", "torch"),
                         help="the engine's dense-layer kernels")
@@ -252,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, best, median in rows:
         print(f"| {name:<64} | {best:7.3f} | {median:8.3f} | {real_tokens / best:13,.0f} |")
     if len(rows) == 2:
-        print(f"\nratio (hedgerow / sentence-transformers, best runs): {rows[1][1] / rows[0][1]:.2f}x")
+        ratio = rows[1][1] / rows[0][1]
+        print(f"\nratio (hedgerow / sentence-transformers, best runs): {ratio:.2f}x")
     return 0
 
 

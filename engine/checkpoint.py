@@ -67,7 +67,9 @@ class Checkpoint:
         """Raise one ModelLoadError listing every name (without prefix) that is absent."""
         missing = [n for n in names if self.prefix + n not in self._file_of]
         if missing:
-            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            shown = ", ".join(missing[:8])
+            if len(missing) > 8:
+                shown += f" and {len(missing) - 8} more"
             raise ModelLoadError(f"missing tensors in {self.directory}: {shown}")
 
     def has(self, name: str) -> bool:
