@@ -37,30 +37,53 @@ class EmbedOptions:
     dtype: int               # an embed_pb2.DType value
 
 
-def decode_int32(data: bytes, name: str) -> torch.Tensor:
-    """Packed little-endian int32 bytes -> int32 tensor [n] (a copy the caller owns)."""
+def _int32_array(data: bytes, name: str) -> np.ndarray:
+    """Packed little-endian int32 bytes -> int32 numpy [n] (a writable copy the caller owns)."""
     if len(data) % 4:
         raise InvalidInputError(
             f"{name} must be packed little-endian int32 (a multiple of 4 bytes), got "
             f"{len(data)} bytes")
-    return torch.from_numpy(np.frombuffer(data, dtype="<i4").astype(np.int32))
+    return np.frombuffer(data, dtype="<i4").astype(np.int32)
+
+
+def decode_int32(data: bytes, name: str) -> torch.Tensor:
+    """Packed little-endian int32 bytes -> int32 tensor [n] (a copy the caller owns)."""
+    return torch.from_numpy(_int32_array(data, name))
 
 
 def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> RaggedBatch:
     """The request's token ids as a RaggedBatch whose layout has been checked.
 
-    Checks what needs no model: non-empty, a valid ragged layout, the per-request token
-    limit. The engine's own `validate` (vocabulary, sequence length) comes after.
+    Checks what needs no model: non-empty, a valid ragged layout (the same checks and
+    messages as `RaggedBatch.from_arrays`, done in numpy: a few µs instead of tens), the
+    per-request token limit. The engine's own `validate` (vocabulary, sequence length) comes
+    after. The tensors share memory with numpy arrays this function made.
     """
     if not request.input_ids and len(request.cu_seqlens) <= 4:
         raise InvalidInputError("empty request: no sequences to embed")
-    input_ids = decode_int32(request.input_ids, "input_ids")
-    cu_seqlens = decode_int32(request.cu_seqlens, "cu_seqlens")
-    if input_ids.numel() > max_request_tokens:
+    input_ids = _int32_array(request.input_ids, "input_ids")
+    cu_seqlens = _int32_array(request.cu_seqlens, "cu_seqlens")
+    if input_ids.size > max_request_tokens:
         raise InvalidInputError(
-            f"request carries {input_ids.numel()} tokens, more than this server's per-request "
+            f"request carries {input_ids.size} tokens, more than this server's per-request "
             f"limit of {max_request_tokens}; split it into smaller requests")
-    return RaggedBatch.from_arrays(input_ids, cu_seqlens)
+    if cu_seqlens.size < 2:
+        raise InvalidInputError("cu_seqlens needs at least two entries (one sequence)")
+    if cu_seqlens[0] != 0:
+        raise InvalidInputError(f"cu_seqlens must start at 0, not {int(cu_seqlens[0])}")
+    lengths = np.diff(cu_seqlens)
+    short = lengths <= 0
+    if short.any():
+        first = int(short.argmax())
+        raise InvalidInputError(
+            f"cu_seqlens must be strictly increasing: sequence {first} has length "
+            f"{int(lengths[first])}")
+    if cu_seqlens[-1] != input_ids.size:
+        raise InvalidInputError(
+            f"cu_seqlens ends at {int(cu_seqlens[-1])} but input_ids holds {input_ids.size} "
+            "tokens")
+    return RaggedBatch(input_ids=torch.from_numpy(input_ids),
+                       cu_seqlens=torch.from_numpy(cu_seqlens), max_seqlen=int(lengths.max()))
 
 
 def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normalize: bool

@@ -9,16 +9,18 @@ batch while the device computes, and on CPU (where `step` computes synchronously
 thread) the event loop keeps accepting requests meanwhile.
 
 Per batch: launch (engine thread; `ready()` is checked there as soon as `step` returns, and a
-ready result comes back with the launch); if not ready, wait (the device-wait thread blocks in
-`synchronize()`), then collect (engine thread, a pageable copy of the rows). Each stage
-completes a future that wakes the loop task. A batch stops counting against the overlap depth
-once its result is on the host. The event loop never blocks and never makes a device call.
+ready result comes back with the launch); if not ready, the engine thread has already handed
+it to the device-wait thread, which blocks in `synchronize()` and completes the launch's
+`waited` future with a pageable copy of the rows. Each completion wakes the loop task once. A
+batch stops counting against the overlap depth once its result is on the host. The event loop
+never blocks and never makes a device call.
 
 It knows nothing about gRPC, the wire format or postprocessing: token ids in, raw pooled
 float32 rows out. The engine is anything with `step(RaggedBatch) -> LazyTensor`.
 """
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import time
@@ -26,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from hedgerow.engine.batch import RaggedBatch
@@ -47,11 +50,18 @@ class EngineStepError(HedgerowError):
 
 
 def ragged_from_batch(batch: Batch) -> RaggedBatch:
-    """Concatenate the batch's sequences (int32 [len] each) into one RaggedBatch."""
-    input_ids = torch.cat([entry.payload for entry in batch.entries])
-    lengths = [entry.length for entry in batch.entries]
-    cu_seqlens = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
-    return RaggedBatch(input_ids=input_ids, cu_seqlens=cu_seqlens, max_seqlen=max(lengths))
+    """Concatenate the batch's sequences (int32 [len] each, numpy arrays or CPU tensors) into
+    one RaggedBatch (numpy on the host: a few µs where torch ops cost tens)."""
+    entries = batch.entries
+    if len(entries) == 1:
+        input_ids = np.ascontiguousarray(entries[0].payload, dtype=np.int32)
+    else:
+        input_ids = np.concatenate([np.asarray(entry.payload) for entry in entries])
+    lengths = [entry.length for entry in entries]
+    cu_seqlens = np.fromiter(itertools.accumulate(lengths, initial=0), dtype=np.int32,
+                             count=len(lengths) + 1)
+    return RaggedBatch(input_ids=torch.from_numpy(input_ids),
+                       cu_seqlens=torch.from_numpy(cu_seqlens), max_seqlen=max(lengths))
 
 
 @dataclass(eq=False)
@@ -60,20 +70,19 @@ class _Launched:
 
     batch: Batch
     launch: "asyncio.Future[Launched]"
-    wait: "asyncio.Future[float] | None" = None        # only for results not ready at launch
-    collect: "asyncio.Future[torch.Tensor] | None" = None
+    # Only for results not ready at launch: (rows, time on the host) from the wait thread.
+    wait: "concurrent.futures.Future[tuple[torch.Tensor, float]] | None" = None
     done_at: float = 0.0                                # when the result was on the host
 
     @property
     def on_device(self) -> bool:
         """Still computing (or copying back): counts against the overlap depth."""
-        if self.collect is not None:
-            return False                      # on the host, being copied out
         if not self.launch.done():
             return True                       # being launched (on CPU: computed)
         if self.launch.exception() is not None:
             return False
-        return self.launch.result().rows is None  # not ready at launch: being waited for
+        waited = self.launch.result().waited
+        return waited is not None and not waited.done()  # being waited for
 
 
 class EmbedLoop:
@@ -113,7 +122,8 @@ class EmbedLoop:
     # --- callers (request handlers) -------------------------------------------------------
 
     def submit(self, payloads: list[torch.Tensor], deadline: float | None) -> Request:
-        """Admit one request (int32 token tensors, one per sequence) or raise.
+        """Admit one request (int32 [len] token arrays, numpy or CPU tensors, one per
+        sequence) or raise.
 
         Raises NotReadyError while shutting down and OverloadedError past the admission
         bound, both at once. `deadline` is on this loop's clock (time.monotonic).
@@ -124,15 +134,14 @@ class EmbedLoop:
         now = self._clock()
         request = Request(
             payloads=payloads,
-            lengths=[int(p.numel()) for p in payloads],
+            lengths=[len(p) for p in payloads],
             deadline=deadline,
             arrival=now,
             handle=asyncio.get_running_loop().create_future(),
         )
         self._scheduler.submit(request)
         self._idle.clear()
-        self._update_gauges()
-        self._wake.set()
+        self._wake.set()  # the loop task's pass updates the gauges
         return request
 
     async def result(self, request: Request) -> torch.Tensor:
@@ -151,7 +160,6 @@ class EmbedLoop:
         """Withdraw a request; its waiting sequences are dropped, its future cancelled."""
         if request.active:
             self._scheduler.cancel(request)
-            self._update_gauges()
             self._wake.set()
         if not request.handle.done():
             request.handle.cancel()
@@ -213,6 +221,7 @@ class EmbedLoop:
             self._wake.clear()
             self._collect()
             self._launch()
+            self._update_gauges()
             if self._scheduler.idle and not self._launched:
                 self._idle.set()
             await self._wake.wait()
@@ -246,7 +255,6 @@ class EmbedLoop:
             self._metrics.tokens.inc(batch.num_tokens)
             self._metrics.batch_tokens.observe(batch.num_tokens)
             self._metrics.batch_sequences.observe(batch.num_seqs)
-        self._update_gauges()
 
     def _collect(self) -> None:
         """Complete finished batches in launch order (one stream: they finish in order)."""
@@ -255,20 +263,21 @@ class EmbedLoop:
             if not self._advance(head):
                 break
             error = head.launch.exception()
-            if error is None and head.collect is not None:
-                error = head.collect.exception()
+            if error is None and head.wait is not None:
+                error = head.wait.exception()
             if error is not None:
                 self._launched.popleft()
                 self._fail(head, error)
                 continue
             launched = head.launch.result()
-            rows = launched.rows if launched.rows is not None else head.collect.result()
+            rows = launched.rows if launched.rows is not None else head.wait.result()[0]
             self._metrics.step_seconds.observe(head.done_at - launched.started)
-            finished = self._scheduler.complete(head.batch, rows)
+            finished = self._scheduler.complete(head.batch, rows.numpy())
             self._launched.popleft()
             for request in finished:
-                self._finish(request, result=torch.stack(request.rows))
-        self._update_gauges()
+                rows_of = request.rows
+                whole = rows_of[0][None] if len(rows_of) == 1 else np.stack(rows_of)
+                self._finish(request, result=torch.from_numpy(whole))
 
     def _advance(self, head: _Launched) -> bool:
         """Move the head batch to its next stage; True once its outcome is known."""
@@ -280,19 +289,17 @@ class EmbedLoop:
         if launched.rows is not None:
             head.done_at = launched.returned
             return True
-        if head.wait is None:
-            head.wait = self._threads.wait(launched.ticket)
-            head.wait.add_done_callback(self._on_done)
+        waited = launched.waited
+        if not waited.done():
+            if head.wait is None:  # wake the loop task once the wait thread is done
+                running = asyncio.get_running_loop()
+                waited.add_done_callback(lambda _: running.call_soon_threadsafe(self._wake.set))
+            head.wait = waited
             return False
-        if not head.wait.done():
-            return False
-        if head.collect is None:
-            failed = head.wait.exception() is not None
-            head.done_at = time.monotonic() if failed else head.wait.result()
-            head.collect = self._threads.collect(launched.ticket)  # re-raises a failed wait
-            head.collect.add_done_callback(self._on_done)
-            return False
-        return head.collect.done()
+        head.wait = waited
+        failed = waited.exception() is not None
+        head.done_at = time.monotonic() if failed else head.wait.result()[1]
+        return True
 
     def _fail(self, head: _Launched, error: BaseException) -> None:
         log.error("%s", fields(event="engine.step_failed", sequences=head.batch.num_seqs,

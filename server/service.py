@@ -100,7 +100,9 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         """Submit the batch's sequences with the call's deadline; their rows float32 [B, D]."""
         remaining = context.time_remaining()
         deadline = None if remaining is None else start + remaining
-        sequences = list(torch.split(batch.input_ids, batch.lengths()))
+        ids = batch.input_ids.numpy()  # int32 [T]; each sequence a view of it
+        cu = batch.cu_seqlens.tolist()
+        sequences = [ids] if len(cu) == 2 else [ids[a:b] for a, b in zip(cu[:-1], cu[1:])]
         pending = loop.submit(sequences, deadline)
         return await loop.result(pending)
 

@@ -266,3 +266,51 @@ def test_a_crashed_loop_fails_pending_work_refuses_more_and_reports_the_crash():
 
     assert len(asyncio.run(main())) == 2
     assert len(crashes) == 1 and "a bug in result assembly" in str(crashes[0])
+
+
+class FreedWhereResult:
+    """Not ready when `step` returns, ready at the first wait; records the thread it dies on."""
+
+    def __init__(self, rows: torch.Tensor, freed: list[str]) -> None:
+        self._rows = rows
+        self._freed = freed
+
+    def ready(self) -> bool:
+        return False
+
+    def synchronize(self) -> torch.Tensor:
+        return self._rows
+
+    def __del__(self) -> None:
+        self._freed.append(threading.current_thread().name)
+
+
+class KeepsNothingEngine:
+    """Device-like results the engine keeps no reference to (as the GPU engine's)."""
+
+    def __init__(self) -> None:
+        self.freed: list[str] = []
+
+    def step(self, batch):
+        first = float(batch.input_ids[0])
+        return FreedWhereResult(torch.full((batch.num_seqs, WIDTH), first), self.freed)
+
+
+def test_results_waited_for_elsewhere_are_still_freed_on_the_engine_thread():
+    """The wait thread copies the rows out; the result itself (on a GPU: its pinned buffer)
+    must die on the engine thread, where graphs are captured, never on the wait thread."""
+    async def main():
+        engine = KeepsNothingEngine()
+        loop = make_loop(engine, tokens=4)
+        loop.start()
+        rows = []
+        for token in (5, 6, 7):
+            rows.append((await loop.result(loop.submit([seq(token, 1)], None))).tolist())
+        await loop.drain(5)
+        await loop.close()
+        return engine.freed, rows
+
+    freed, rows = asyncio.run(main())
+    assert rows == [[[5.0] * WIDTH], [[6.0] * WIDTH], [[7.0] * WIDTH]]
+    assert len(freed) == 3
+    assert all(name.startswith("hedgerow-engine") for name in freed), freed
