@@ -40,8 +40,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import models as shapes  # noqa: E402  (benchmarks/models.py)
+from hedgerow.bench import models as shapes  # noqa: E402
 
 from hedgerow.engine import attention_cuda  # noqa: E402
 from hedgerow.engine.attention import reference_attention  # noqa: E402

@@ -16,19 +16,15 @@ are noisy and pessimistic.
 """
 
 import argparse
-import os
 import random
-import signal
-import socket
-import subprocess
 import sys
 import time
 
 import grpc
 import httpx
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
 from hedgerow.defaults import default_model_path
 from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -37,39 +33,6 @@ QUERY = "what do hedgerows shelter?"
 MODEL = "all-MiniLM-L6-v2"
 WORDS = ("hawthorn blackthorn hazel field margin wren robin bramble ditch bank lane oak ash "
          "elder holly rose ivy meadow sheep wall gate stile badger hedgehog").split()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(args: list[str]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
-    return subprocess.Popen([sys.executable, "-P", "-m", "hedgerow", *args, "--log-level",
-                             "warning"], env=env, start_new_session=True)
-
-
-def wait(what: str, proc: subprocess.Popen, ready) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        if ready():
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"{what} not ready after 180 s")
-
-
-def serving(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=1)
-        except grpc.RpcError:
-            return False
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def ready(url: str) -> bool:
@@ -113,8 +76,8 @@ def tokenization(tokenizer: TextTokenizer, count: int, batch: int) -> tuple[floa
     tokenizer.encode_sync(texts[:batch], "", 100_000, False)  # warm-up
     tokens = 0
     started = time.perf_counter()
-    for start in range(0, count, batch):
-        tokens += tokenizer.encode_sync(texts[start:start + batch], "", 100_000,
+    for first in range(0, count, batch):
+        tokens += tokenizer.encode_sync(texts[first:first + batch], "", 100_000,
                                         False).total_tokens
     seconds = time.perf_counter() - started
     return count / seconds, tokens / seconds, tokens
@@ -130,7 +93,7 @@ def main() -> int:
     args = parser.parse_args()
 
     tokenizer = TextTokenizer(default_model_path(), threads=1)
-    children: list[subprocess.Popen] = []
+    children = []
     try:
         server, gateway = args.server, args.gateway
         if not (server and gateway):
@@ -138,15 +101,14 @@ def main() -> int:
             server, gateway = f"127.0.0.1:{port}", f"http://127.0.0.1:{gw_port}"
             children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
                                    "--http-port", str(http_port)]))
-            wait("server", children[-1], lambda: serving(server))
+            wait("server", children[-1], lambda: grpc_serving(server))
             children.append(start(["gateway", "--servers", server, "--port", str(gw_port)]))
             wait("gateway", children[-1], lambda: ready(gateway))
         direct, through, query_tokens = added_latency(server, gateway, tokenizer, args.requests)
         texts_s, tokens_s, tokens = tokenization(tokenizer, args.texts, args.batch)
     finally:
         for child in reversed(children):
-            child.send_signal(signal.SIGTERM)
-            child.wait(60)
+            stop(child)
         tokenizer.close()
 
     d50, d99 = percentiles(direct)
@@ -154,7 +116,7 @@ def main() -> int:
     a50, a99 = percentiles([t - d for t, d in zip(through, direct)])
     print(f"\nGateway on CPU, all-MiniLM-L6-v2, one query of {query_tokens} tokens, "
           f"{args.requests} sequential requests each way (noisy on a shared machine)\n")
-    print(f"| path | p50 ms | p99 ms |\n| --- | ---: | ---: |")
+    print("| path | p50 ms | p99 ms |\n| --- | ---: | ---: |")
     print(f"| straight to the server (gRPC, token ids) | {d50:.2f} | {d99:.2f} |")
     print(f"| through the gateway (HTTP JSON, text) | {g50:.2f} | {g99:.2f} |")
     print(f"| added by the gateway (paired difference) | {a50:.2f} | {a99:.2f} |")

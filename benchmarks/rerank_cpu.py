@@ -18,18 +18,14 @@ or busy machine the numbers are noisy and pessimistic.
 """
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 
 import grpc
 import httpx
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
 from hedgerow.defaults import default_model_path
 from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -38,39 +34,6 @@ MODEL = "all-MiniLM-L6-v2"
 QUERY = "which shrubs make a good hedge for nesting birds?"
 WORDS = ("hawthorn hazel field margin robin ditch bank lane oak ash holly rose meadow sheep "
          "wall gate badger bird nest tree green water stone river hill road farm").split()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(args: list[str]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
-    return subprocess.Popen([sys.executable, "-P", "-m", "hedgerow", *args, "--log-level",
-                             "warning"], env=env, start_new_session=True)
-
-
-def wait(what: str, proc: subprocess.Popen, ready) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        if ready():
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"{what} not ready after 180 s")
-
-
-def serving(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=1)
-        except grpc.RpcError:
-            return False
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def ready(url: str, replicas: int) -> bool:
@@ -143,7 +106,7 @@ def main() -> int:
 
     tokenizer = TextTokenizer(default_model_path(), threads=1)
     texts = documents(tokenizer, args.documents, args.tokens)
-    children: list[subprocess.Popen] = []
+    children = []
     try:
         server, gateway = args.server, args.gateway
         if not (server and gateway):
@@ -154,7 +117,7 @@ def main() -> int:
                 children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
                                        "--http-port", str(http_port), "--cpu-threads",
                                        str(args.cpu_threads)]))
-                wait("server", children[-1], lambda: serving(addresses[-1]))
+                wait("server", children[-1], lambda: grpc_serving(addresses[-1]))
             server, gw_port = addresses[0], free_port()
             gateway = f"http://127.0.0.1:{gw_port}"
             children.append(start(["gateway", "--servers", ",".join(addresses), "--port",
@@ -164,8 +127,7 @@ def main() -> int:
                                           args.top_n)
     finally:
         for child in reversed(children):
-            child.send_signal(signal.SIGTERM)
-            child.wait(60)
+            stop(child)
         tokenizer.close()
 
     d50, d99 = percentiles(direct)

@@ -34,17 +34,15 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
+
 
 SEED_NUMBERS = {  # the seed's published p50 (ms) and emb/s: (Tulip, vLLM v0.22.0)
     ("chart1", "bge-m3", 128): (1.53, 4.60), ("chart1", "bge-m3", 512): (2.03, 4.65),
@@ -83,65 +81,15 @@ def percentile(values, q) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # -- processes --------------------------------------------------------------------------------
 
-def start(argv: list[str], log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    handle = open(log_path, "w")
-    return subprocess.Popen([sys.executable, "-P", "-m", "hedgerow", *argv], stdout=handle,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_serving(port: int, process: subprocess.Popen, log_path: Path, timeout: float) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"server exited early:\n{log_path.read_text()[-3000:]}")
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.5)
-    raise SystemExit(f"server not SERVING after {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
-
-
-def wait_http_ready(port: int, process: subprocess.Popen, log_path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"gateway exited early:\n{log_path.read_text()[-3000:]}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"gateway not ready after {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
+def http_ready(port: int) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", "/readyz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
 
 
 # -- gRPC client ------------------------------------------------------------------------------
@@ -300,11 +248,11 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
                     dtype, "--host", "127.0.0.1", "--port", str(grpc_port),
                     "--http-port", str(http_port), "--max-batch-tokens", "8192",
                     "--max-inflight-tokens", "4000000", "--max-request-tokens", "500000"],
-                   server_log)
+                   server_log, log_level=None)
     gateway = None
     try:
         log(f"{name}: starting server (model load, hot-set capture)")
-        wait_serving(grpc_port, server, server_log, timeout=600)
+        wait("server", server, lambda: grpc_serving(f"127.0.0.1:{grpc_port}"), 600, server_log)
         client = GrpcClient(grpc_port)
         baseline = Baseline(directory, POOLING.get(name, "mean" if args.smoke else "cls"), args.device)
 
@@ -366,8 +314,9 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
         gw_log = out / f"gateway-{name}.log"
         gateway = start(["gateway", "--model", str(directory), "--servers",
                          f"127.0.0.1:{grpc_port}", "--host", "127.0.0.1", "--port", str(gw_port),
-                         "--served-model-name", name, "--max-request-tokens", "500000"], gw_log)
-        wait_http_ready(gw_port, gateway, gw_log, timeout=120)
+                         "--served-model-name", name, "--max-request-tokens", "500000"], gw_log,
+                        log_level=None)
+        wait("gateway", gateway, lambda: http_ready(gw_port), 120, gw_log)
         words = single_token_words(directory / "tokenizer.json")
         for clients in args.concurrency:
             per_client = max(args.requests // clients, 10 if args.smoke else 100)
@@ -486,7 +435,7 @@ def main(argv=None) -> int:
     if 4 not in args.charts:
         args.concurrency = ()
     args.out.mkdir(parents=True, exist_ok=True)
-    import models as shapes  # benchmarks/models.py
+    from hedgerow.bench import models as shapes
 
     results: list = []
     names = ["minilm"] if args.smoke else args.only or ("bge-m3", "qwen3-0.6b")
