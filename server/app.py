@@ -11,6 +11,7 @@ about batching or byte layouts.
 """
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -148,6 +149,9 @@ async def _set_serving(state: ServerState, health: HealthServicer) -> None:
                                  coverage=report.get("coverage"),
                                  hot_set=report.get("hot_set"),
                                  captured=report.get("hot_set_captured")))
+    # Everything alive now (model, modules, the engine's buffers) lives until exit: move it out
+    # of the collector's view, so full collections while serving stay short (tail latency).
+    gc.freeze()
     for name in HEALTH_SERVICES:
         await health.set(name, _SERVING)
     state.serving = True

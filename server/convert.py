@@ -69,21 +69,27 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Ra
             f"limit of {max_request_tokens}; split it into smaller requests")
     if cu_seqlens.size < 2:
         raise InvalidInputError("cu_seqlens needs at least two entries (one sequence)")
-    if cu_seqlens[0] != 0:
-        raise InvalidInputError(f"cu_seqlens must start at 0, not {int(cu_seqlens[0])}")
-    lengths = np.diff(cu_seqlens)
-    short = lengths <= 0
-    if short.any():
-        first = int(short.argmax())
+    if cu_seqlens.size <= 64:  # few sequences (most requests): Python ints beat numpy calls
+        cu = cu_seqlens.tolist()
+        lengths = [b - a for a, b in zip(cu[:-1], cu[1:])]
+        first, last, longest = cu[0], cu[-1], max(lengths)
+        short = next((i for i, n in enumerate(lengths) if n <= 0), None)
+    else:
+        diffs = np.diff(cu_seqlens)
+        lengths = diffs.tolist()
+        first, last, longest = int(cu_seqlens[0]), int(cu_seqlens[-1]), int(diffs.max())
+        short = int((diffs <= 0).argmax()) if bool((diffs <= 0).any()) else None
+    if first != 0:
+        raise InvalidInputError(f"cu_seqlens must start at 0, not {first}")
+    if short is not None:
         raise InvalidInputError(
-            f"cu_seqlens must be strictly increasing: sequence {first} has length "
-            f"{int(lengths[first])}")
-    if cu_seqlens[-1] != input_ids.size:
+            f"cu_seqlens must be strictly increasing: sequence {short} has length "
+            f"{lengths[short]}")
+    if last != input_ids.size:
         raise InvalidInputError(
-            f"cu_seqlens ends at {int(cu_seqlens[-1])} but input_ids holds {input_ids.size} "
-            "tokens")
+            f"cu_seqlens ends at {last} but input_ids holds {input_ids.size} tokens")
     return RaggedBatch(input_ids=torch.from_numpy(input_ids),
-                       cu_seqlens=torch.from_numpy(cu_seqlens), max_seqlen=int(lengths.max()))
+                       cu_seqlens=torch.from_numpy(cu_seqlens), max_seqlen=longest)
 
 
 def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normalize: bool
@@ -107,10 +113,12 @@ def encode_embeddings(rows: torch.Tensor, options: EmbedOptions, prompt_tokens: 
     cast, view = _WIRE_VIEWS[options.dtype]
     if cast is torch.int16:
         array = out.to(torch.bfloat16).contiguous().view(torch.int16).numpy()
+    elif out.dtype is cast:
+        array = out.numpy()  # float32 rows: no cast; tobytes() below is the one copy
     else:
-        array = out.to(cast).contiguous().numpy()
+        array = out.to(cast).numpy()
     return embed_pb2.EmbedResponse(
-        embeddings=array.astype(view, copy=False).tobytes(),
+        embeddings=array.astype(view, copy=False).tobytes(),  # C order, whatever the strides
         shape=list(out.shape),
         dtype=options.dtype,
         prompt_tokens=prompt_tokens,

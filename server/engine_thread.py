@@ -1,10 +1,10 @@
 """The one thread that talks to the engine, and the thread that waits for the device.
 
-Every engine call runs on the engine thread: loading, warmup (hot-set capture), `step`, and
-taking a finished result off its LazyTensor. LazyTensors never leave that thread: a launch
-returns a ticket, and `collect(ticket)` hands back a plain (pageable) copy of the rows, so the
-pinned host buffers and events of the device path are made, waited on and freed on the thread
-that also captures CUDA graphs, never concurrently with a capture. (Freeing a pinned buffer
+Every engine call runs on the engine thread: loading, warmup (hot-set capture) and `step`.
+The loop sees plain (pageable) copies of the rows, never a LazyTensor, and the engine thread
+holds every LazyTensor until it drops it, so the pinned host buffers of the device path are
+made and freed on the thread that also captures CUDA graphs, never concurrently with a
+capture. (Freeing a pinned buffer
 records an event on the stream it was copied on; done from another thread while that stream
 is being captured, the record would land inside the graph. An earlier design that let result
 buffers die on the event loop thread failed on an H200 with "CUDA error: invalid argument" in

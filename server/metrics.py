@@ -34,8 +34,8 @@ class ServerMetrics:
             "hedgerow_requests", "Embed and Score requests by final status.", ["status"],
             registry=r,
         )
-        for status in STATUSES:
-            self.requests.labels(status)
+        # One child per status, looked up once (labels() costs a dict lookup and a lock).
+        self.requests_by_status = {status: self.requests.labels(status) for status in STATUSES}
         self.batch_tokens = Histogram(
             "hedgerow_batch_tokens", "Tokens per engine step.", buckets=_TOKEN_BUCKETS,
             registry=r,

@@ -66,9 +66,9 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         except asyncio.CancelledError:
             remaining = context.time_remaining()
             expired = remaining is not None and remaining <= 0
-            metrics.requests.labels(m.EXPIRED if expired else m.CANCELLED).inc()
+            metrics.requests_by_status[m.EXPIRED if expired else m.CANCELLED].inc()
             raise
-        metrics.requests.labels(m.OK).inc()
+        metrics.requests_by_status[m.OK].inc()
         metrics.request_seconds.observe(time.monotonic() - start)
         return response
 
@@ -138,7 +138,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             if isinstance(error, kind):
                 break
         if count:
-            self._state.metrics.requests.labels(label).inc()
+            self._state.metrics.requests_by_status[label].inc()
         if code is grpc.StatusCode.INTERNAL:
             log.error("%s", fields(event="request.failed", error=str(error)))
         await context.abort(code, str(error))

@@ -51,3 +51,23 @@ def test_embeddings_round_trip_through_every_wire_dtype(dtype, atol):
     want = torch.nn.functional.normalize(rows[:, :5], dim=-1).numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=atol)
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=max(atol * 3, 1e-6))
+
+
+@pytest.mark.parametrize("sequences", [3, 100])  # a few sequences, and more than 64
+def test_bad_layouts_are_rejected_with_their_reason(sequences):
+    def request(cu, tokens):
+        return embed_pb2.EmbedRequest(input_ids=np.ones(tokens, "<i4").tobytes(),
+                                      cu_seqlens=np.asarray(cu, "<i4").tobytes())
+
+    good = list(range(0, 2 * sequences + 1, 2))
+    batch = decode_batch(request(good, good[-1]), 10_000)
+    assert batch.lengths() == [2] * sequences and batch.max_seqlen == 2
+    with pytest.raises(InvalidInputError, match="must start at 0, not 1"):
+        decode_batch(request([1] + good[1:], good[-1]), 10_000)
+    flat = good[:2] + [good[1]] + good[2:]  # sequence 1 is empty
+    with pytest.raises(InvalidInputError, match="sequence 1 has length 0"):
+        decode_batch(request(flat, flat[-1]), 10_000)
+    with pytest.raises(InvalidInputError, match=f"ends at {good[-1]} but input_ids holds"):
+        decode_batch(request(good, good[-1] + 1), 10_000)
+    with pytest.raises(InvalidInputError, match="at least two entries"):
+        decode_batch(request([0], 1), 10_000)
