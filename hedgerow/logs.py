@@ -14,9 +14,26 @@ from typing import Iterator
 _FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of the record, not at set-up.
+
+    Code that swaps stderr (pytest's capture, a tool embedding the CLI) would otherwise leave
+    the handler writing to a closed stream.
+    """
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure(level: str = "info") -> None:
     """Set up stderr logging once per process."""
-    logging.basicConfig(level=level.upper(), format=_FORMAT, stream=sys.stderr, force=True)
+    logging.basicConfig(level=level.upper(), format=_FORMAT, handlers=[_StderrHandler()],
+                        force=True)
 
 
 def fields(**values: object) -> str:
