@@ -4,7 +4,7 @@ The ranking runs on the engine thread through kernels.topk (the Triton kernel fo
 the reference above). Checks: the answer equals the CPU reference top-k of the cosine of the
 same server's Embed rows (indices and scores exactly), which holds only if a sequence's pooled
 row does not depend on the batch it ran in; and duplicates placed in different batches tie.
-Written in a session without a GPU: first run it on the H200 (`-m gpu`).
+Not yet run on a GPU: run it on the H200 with `-m gpu`.
 """
 
 import grpc
