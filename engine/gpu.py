@@ -24,7 +24,6 @@ This module owns device memory, streams and graphs for one model. It knows nothi
 tokenization, requests or scheduling, and the model math lives in `models/`.
 """
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -89,23 +88,6 @@ class GpuSettings:
                          seq_buckets=buckets)
 
 
-@dataclass(frozen=True)
-class HostBatch:
-    """One batch on the host, in the ragged layout."""
-
-    input_ids: torch.Tensor     # int32 [T]
-    cu_seqlens: torch.Tensor    # int32 [B+1]
-    max_seqlen: int
-
-    @property
-    def num_seqs(self) -> int:
-        return self.cu_seqlens.numel() - 1
-
-    @property
-    def num_tokens(self) -> int:
-        return self.input_ids.numel()
-
-
 class BucketViews(NamedTuple):
     """Views into a packed bucket buffer (see the module docstring), all int32."""
 
@@ -124,7 +106,7 @@ def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
                        packed[3 * n + 2 * s + 4:])
 
 
-def pack_bucket(feed: HostBatch, config: Config, pooling: str) -> torch.Tensor:
+def pack_bucket(feed: RaggedBatch, config: Config, pooling: str) -> torch.Tensor:
     """The static-buffer image of `feed` padded to `config`: int32 [3N + 3S + 5], pinned when
     CUDA is available. Layout in the module docstring. Plain numpy on the host (tens of
     microseconds at most), since it sits on every step's critical path."""
@@ -155,7 +137,7 @@ def pack_bucket(feed: HostBatch, config: Config, pooling: str) -> torch.Tensor:
     return packed
 
 
-def pack_unpadded(feed: HostBatch) -> torch.Tensor:
+def pack_unpadded(feed: RaggedBatch) -> torch.Tensor:
     """The batch as it is, for the eager path past the grid: int32 [3T + 2B + 1] holding
     input_ids [T] | position_ids [T] | seq_index [T] | cu_seqlens [B+1] | lengths [B]."""
     t, b = feed.num_tokens, feed.num_seqs
@@ -221,7 +203,7 @@ class CudaStepper:
 
     def step(self, batch: RaggedBatch) -> LazyTensor:
         """Launch `batch` (validated) and return a LazyTensor of float32 [B, H]."""
-        feed = HostBatch(batch.input_ids, batch.cu_seqlens, batch.max_seqlen)
+        feed = batch
         with torch.inference_mode():
             try:
                 pooled = self._run(feed)
@@ -230,7 +212,7 @@ class CudaStepper:
                 pooled = self._run(feed)
         return LazyTensor.copy_from_device(pooled, self.stream)
 
-    def _run(self, feed: HostBatch) -> torch.Tensor:
+    def _run(self, feed: RaggedBatch) -> torch.Tensor:
         if self.settings.graphs:
             return self.cache.run(feed.num_seqs, feed.num_tokens, feed)
         self.cache.eager_runs += 1
@@ -268,7 +250,7 @@ class CudaStepper:
 
     # -- GraphBackend -------------------------------------------------------------------------
 
-    def run_eager(self, config: Config | None, feed: HostBatch) -> torch.Tensor:
+    def run_eager(self, config: Config | None, feed: RaggedBatch) -> torch.Tensor:
         """Forward + pooling without a graph: at `config`'s static shapes (warming it), or on
         the unpadded batch when `config` is None (past the grid). Returns float32 [B, H]."""
         if config is None:
@@ -300,14 +282,14 @@ class CudaStepper:
         added = torch.cuda.memory_reserved(self.device) - before
         return max(added, 0) + static.packed.numel() * static.packed.element_size()
 
-    def replay(self, config: Config, feed: HostBatch) -> torch.Tensor:
+    def replay(self, config: Config, feed: RaggedBatch) -> torch.Tensor:
         static = self._load(config, feed)
         assert static.graph is not None and static.output is not None
         with torch.cuda.stream(self.stream):
             static.graph.replay()
         return static.output[:feed.num_seqs]
 
-    def warmup_feed(self, config: Config) -> HostBatch:
+    def warmup_feed(self, config: Config) -> RaggedBatch:
         """`config.seq_slots` sequences of near-equal length filling `config.tokens` tokens
         (capped at the model's longest sequence)."""
         slots = config.seq_slots
@@ -317,7 +299,7 @@ class CudaStepper:
         cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), 0)
         total = int(cu[-1])
         ids = torch.randint(0, self.vocab_size, (total,), dtype=torch.int32)
-        return HostBatch(ids, cu, per)
+        return RaggedBatch(ids, cu, per)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -326,7 +308,7 @@ class CudaStepper:
         # max_tokens long and the padding slot is shorter than one large bucket step.
         return min(config.tokens, max(self.max_tokens, self.cache.grid.large_step))
 
-    def _load(self, config: Config, feed: HostBatch) -> _Static:
+    def _load(self, config: Config, feed: RaggedBatch) -> _Static:
         static = self._static.get(config)
         packed = pack_bucket(feed, config, self.pooling)
         if static is None:
@@ -353,7 +335,7 @@ class CudaStepper:
         hidden = self.model(ids, pos, cu, max_seqlen, attention)
         return pool(hidden, pool_starts, seq_index, lengths, self.pooling)
 
-    def _run_unpadded(self, feed: HostBatch) -> torch.Tensor:
+    def _run_unpadded(self, feed: RaggedBatch) -> torch.Tensor:
         t, b = feed.num_tokens, feed.num_seqs
         host = pack_unpadded(feed)
         attention = self.chooser.for_batch(b, feed.max_seqlen)

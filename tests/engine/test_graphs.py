@@ -247,7 +247,7 @@ def _tiny_models():
 def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
     from hedgerow.engine.attention import CpuRaggedAttention
     from hedgerow.engine.batch import RaggedBatch
-    from hedgerow.engine.gpu import HostBatch, bucket_views, pack_bucket
+    from hedgerow.engine.gpu import bucket_views, pack_bucket
     from hedgerow.engine.pooling import pool
     from hedgerow.engine.positions import token_layout
 
@@ -261,7 +261,7 @@ def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
         hidden = model(batch.input_ids, layout.position_ids, batch.cu_seqlens, batch.max_seqlen,
                        attention)
         expected = pool(hidden, batch.cu_seqlens, layout.seq_index, layout.lengths, pooling)
-        feed = HostBatch(batch.input_ids, batch.cu_seqlens, batch.max_seqlen)
+        feed = batch
         packed = pack_bucket(feed, config, pooling)
         views = bucket_views(packed, config)
         assert views.cu_seqlens[-1] == config.tokens and views.seq_index.shape == (config.tokens,)
@@ -275,21 +275,21 @@ def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
 
 def test_a_batch_that_does_not_fit_its_bucket_is_refused():
     from hedgerow.engine.batch import RaggedBatch
-    from hedgerow.engine.gpu import HostBatch, pack_bucket
+    from hedgerow.engine.gpu import pack_bucket
 
     batch = RaggedBatch.from_sequences([[1] * 70])
-    feed = HostBatch(batch.input_ids, batch.cu_seqlens, 70)
+    feed = RaggedBatch(batch.input_ids, batch.cu_seqlens, 70)
     with pytest.raises(ValueError, match="does not fit"):
         pack_bucket(feed, Config(1, 64), "cls")
 
 
 def test_unpadded_packing_matches_the_host_layout():
     from hedgerow.engine.batch import RaggedBatch
-    from hedgerow.engine.gpu import HostBatch, pack_unpadded
+    from hedgerow.engine.gpu import pack_unpadded
     from hedgerow.engine.positions import token_layout
 
     batch = RaggedBatch.from_sequences([[5, 6, 7], [8], [9, 10]])
-    packed = pack_unpadded(HostBatch(batch.input_ids, batch.cu_seqlens, 3))
+    packed = pack_unpadded(RaggedBatch(batch.input_ids, batch.cu_seqlens, 3))
     layout = token_layout(batch.cu_seqlens)
     t = 6
     assert packed[:t].tolist() == [5, 6, 7, 8, 9, 10]
