@@ -5,6 +5,7 @@ repository root on sys.path, where operator/ would shadow the standard library.
 """
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -26,9 +27,20 @@ def hedgerow_command(*args: str) -> list[str]:
     return [sys.executable, "-P", "-m", "hedgerow", *args]
 
 
-@pytest.fixture
-def subprocess_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """Environment for child processes: unbuffered, no stray HEDGEROW_ settings, offline."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
     env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return env
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    return child_env()

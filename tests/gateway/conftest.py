@@ -167,21 +167,7 @@ def gateway_factory(standins):
 START_TIMEOUT_S = 180.0
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def child_env() -> dict[str, str]:
-    """Like the root `subprocess_env` fixture, usable from module-scoped fixtures."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return env
+from tests.conftest import child_env, free_port  # noqa: E402  (shared process helpers)
 
 
 class Child:

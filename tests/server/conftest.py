@@ -6,9 +6,7 @@ start one server each (module-scoped fixtures) to keep the suite fast.
 """
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,22 +18,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.wire import embed_pb2
-from tests.conftest import hedgerow_command
+from tests.conftest import child_env, free_port, hedgerow_command
 
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def child_env() -> dict[str, str]:
-    """Like the root `subprocess_env` fixture, usable from module-scoped fixtures."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return env
 
 
 def embed_request(sequences, **options) -> embed_pb2.EmbedRequest:
