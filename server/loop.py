@@ -220,8 +220,8 @@ class EmbedLoop:
         while not self._stopping:
             self._wake.clear()
             self._collect()
-            self._launch()
             self._update_gauges()
+            self._launch()
             if self._scheduler.idle and not self._launched:
                 self._idle.set()
             await self._wake.wait()
@@ -232,7 +232,11 @@ class EmbedLoop:
         self._launched.clear()
 
     def _launch(self) -> None:
-        """Form and launch batches while fewer than `depth` are in flight."""
+        """Form and launch batches while fewer than `depth` are in flight.
+
+        The hand-off to the engine thread is the last thing done per batch: that thread needs
+        the GIL, which this one holds until it yields, so bookkeeping goes first.
+        """
         while sum(1 for launched in self._launched if launched.on_device) < self._depth:
             now = self._clock()
             batch = self._scheduler.next_batch(now)
@@ -241,20 +245,20 @@ class EmbedLoop:
             for request in batch.dropped:
                 self._finish(request, exception=DeadlineExceededError(
                     "the request's deadline passed while it waited for the engine"))
+            self._update_gauges()
             if not batch.entries:
                 continue
             for entry in batch.entries:
                 if entry.index == 0:
                     self._metrics.queue_seconds.observe(now - entry.request.arrival)
-            ragged = ragged_from_batch(batch)
-            launch = self._threads.launch(ragged)
-            launch.add_done_callback(self._on_done)
-            self._launched.append(_Launched(batch, launch))
             self.steps += 1
             self.shapes.add((batch.num_seqs, batch.num_tokens))
             self._metrics.tokens.inc(batch.num_tokens)
             self._metrics.batch_tokens.observe(batch.num_tokens)
             self._metrics.batch_sequences.observe(batch.num_seqs)
+            launch = self._threads.launch(ragged_from_batch(batch))
+            launch.add_done_callback(self._on_done)
+            self._launched.append(_Launched(batch, launch))
 
     def _collect(self) -> None:
         """Complete finished batches in launch order (one stream: they finish in order)."""

@@ -32,6 +32,11 @@ log = logging.getLogger("hedgerow.server.service")
 
 SERVICE_NAME = embed_pb2.DESCRIPTOR.services_by_name["Embedder"].full_name
 
+# A client's deadline timer starts before the call reaches this server, so a client that gives
+# up at its deadline cancels the call while this server's clock still shows a little time left.
+# A cancellation that close to the deadline is counted as deadline_exceeded, not cancelled.
+DEADLINE_SLACK_S = 0.05
+
 # The one translation table: error class -> (gRPC status, requests_total status label).
 _CODES: list[tuple[type, grpc.StatusCode, str]] = [
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT, m.INVALID),
@@ -65,7 +70,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             await self._abort(context, error)
         except asyncio.CancelledError:
             remaining = context.time_remaining()
-            expired = remaining is not None and remaining <= 0
+            expired = remaining is not None and remaining <= DEADLINE_SLACK_S
             metrics.requests_by_status[m.EXPIRED if expired else m.CANCELLED].inc()
             raise
         metrics.requests_by_status[m.OK].inc()
