@@ -19,6 +19,9 @@ What runs: each case starts a server in a child process on loopback and a sync g
              difference to instant + device-ms is what that path costs.
 For each: sequential batch-1 latency p50/p99 (µs) over `--requests` calls after a warm-up,
 then 4 and 16 concurrent client threads for `--seconds` each (requests/s).
+For the server cases it also reads the server's own histograms over the sequential phase:
+`handler` is hedgerow_request_seconds (the servicer's whole handler: decode, checks, queue,
+engine, encode), `queue` and `step` the loop's; the rest of the client's latency is gRPC.
 `--profile CASE` runs that case's server under cProfile (event-loop thread only; slower) and
 prints the top functions by own time.
 
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import grpc
 import numpy as np
@@ -149,7 +153,7 @@ async def _echo_aio(port: int, stop: asyncio.Event) -> int:
     return 0
 
 
-def child(case: str, port: int, device_ms: float, profile: bool) -> int:
+def child(case: str, port: int, http_port: int, device_ms: float, profile: bool) -> int:
     import uvloop
 
     from hedgerow import logs
@@ -176,7 +180,7 @@ def child(case: str, port: int, device_ms: float, profile: bool) -> int:
         if case == "echo-aio":
             return await _echo_aio(port, stop)
         delay = device_ms / 1e3 if case == "device" else 0.0
-        settings = ServerSettings(host="127.0.0.1", port=port, http_port=_free_port(),
+        settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
                                   device="cpu", inflight_batches=2 if case == "device" else 0,
                                   log_level="warning")
         return await serve(settings, stop=stop, loader=lambda s, g: StandInEngine(delay))
@@ -211,11 +215,13 @@ def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
     )
 
 
-def start(case: str, device_ms: float, profile: bool) -> tuple[subprocess.Popen, str]:
+def start(case: str, device_ms: float, profile: bool, http_port: int
+          ) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", case, "--port", str(port),
-         "--device-ms", str(device_ms)] + (["--profile", case] if profile else []),
+         "--http-port", str(http_port), "--device-ms", str(device_ms)]
+        + (["--profile", case] if profile else []),
         env={k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")})
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -266,16 +272,47 @@ def concurrent(stub, requests: list, clients: int, seconds: float) -> float:
     return sum(counts) / (time.perf_counter() - began)
 
 
+_HISTOGRAMS = {"handler": "hedgerow_request_seconds", "queue": "hedgerow_queue_seconds",
+               "step": "hedgerow_step_seconds"}
+
+
+def server_sums(http_port: int) -> dict[str, float]:
+    """The server's histogram sums and counts (seconds), from /metrics."""
+    url = f"http://127.0.0.1:{http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.endswith("_sum") or name.endswith("_count"):
+            values[name] = float(value)
+    return values
+
+
+def means_us(before: dict, after: dict) -> dict[str, float]:
+    out = {}
+    for label, metric in _HISTOGRAMS.items():
+        count = after[metric + "_count"] - before[metric + "_count"]
+        total = after[metric + "_sum"] - before[metric + "_sum"]
+        out[label] = total / count * 1e6 if count else float("nan")
+    return out
+
+
 def measure(case: str, args) -> dict:
-    proc, address = start(case, args.device_ms, args.profile == case)
+    http_port = _free_port()
+    proc, address = start(case, args.device_ms, args.profile == case, http_port)
+    server = not case.startswith("echo")
     try:
         with grpc.insecure_channel(address) as channel:
             stub = embed_pb2_grpc.EmbedderStub(channel)
             requests = [request_for(args.tokens, salt) for salt in range(64)]
             sequential(stub, requests, 200)  # warm-up
+            before = server_sums(http_port) if server else {}
             us = np.asarray(sequential(stub, requests, args.requests)) * 1e6
             row = {"case": case, "p50": float(np.percentile(us, 50)),
                    "p99": float(np.percentile(us, 99))}
+            if server:
+                row.update(means_us(before, server_sums(http_port)))
             for clients in (4, 16):
                 row[f"rps{clients}"] = concurrent(stub, requests, clients, args.seconds)
     finally:
@@ -295,9 +332,11 @@ def main() -> int:
     parser.add_argument("--profile", choices=CASES, help="run this case's server under cProfile")
     parser.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--http-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.port, args.device_ms, args.profile is not None)
+        return child(args.child, args.port, args.http_port, args.device_ms,
+                     args.profile is not None)
     cases = [case for case in args.only.split(",") if case]
     unknown = set(cases) - set(CASES)
     if unknown:
@@ -306,10 +345,12 @@ def main() -> int:
     print(f"batch 1, {args.tokens} tokens, float32 [1, {WIDTH}] answer, sync gRPC client on "
           f"loopback; stand-in engine (no model); device case: ready after {args.device_ms} ms")
     print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'4 clients req/s':>16} "
-          f"{'16 clients req/s':>17}")
+          f"{'16 clients req/s':>17}   server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
     for row in rows:
+        inside = "".join(f" {row[k]:>{w}.0f}" if k in row else f" {'-':>{w}}"
+                         for k, w in (("handler", 8), ("queue", 6), ("step", 6)))
         print(f"{row['case']:<10} {row['p50']:>8.0f} {row['p99']:>8.0f} {row['rps4']:>16.0f} "
-              f"{row['rps16']:>17.0f}")
+              f"{row['rps16']:>17.0f}   {'':>17}{inside}")
     return 0
 
 
