@@ -2,8 +2,9 @@
 
 `ServerState` starts with no engine (the model is loading) and gains one, plus its scheduling
 loop and the engine thread they share, when loading finishes. The gRPC service and the HTTP
-endpoints read it; only `app.py` writes it. `warmup_status()` is the /warmup body: the engine's own warmup report
-(`Engine.warmup_report()`, the GPU engine's graph cache) plus the step shapes this server ran.
+endpoints read it; only `app.py` writes it. `warmup_status()` is the /warmup body: the
+engine's own warmup report (`Engine.warmup_report()`, the GPU engine's graph cache) plus the
+step shapes this server ran.
 Knows nothing about gRPC or HTTP.
 """
 
