@@ -15,24 +15,16 @@ the numbers are a floor, and noisy when other work shares the cores.
 
 import argparse
 import asyncio
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.bench.processes import free_port, grpc_serving, start, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
@@ -45,28 +37,11 @@ def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
 
 def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
     port, http_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "hedgerow", "server", "--host", "127.0.0.1",
-         "--port", str(port), "--http-port", str(http_port), "--log-level", "warning", *extra],
-        env=env,
-    )
+    proc = start(["server", "--host", "127.0.0.1", "--port", str(port), "--http-port",
+                  str(http_port), *extra])
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"server exited with {proc.returncode}")
-            try:
-                status = health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-            except grpc.RpcError:
-                status = None
-            if status == health_pb2.HealthCheckResponse.SERVING:
-                return proc, address
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("server did not become SERVING in 180 s")
+    wait("server", proc, lambda: grpc_serving(address))
+    return proc, address
 
 
 def percentiles(latencies: list[float]) -> tuple[float, float]:

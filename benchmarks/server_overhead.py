@@ -36,7 +36,6 @@ import io
 import os
 import pstats
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -47,6 +46,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.bench.processes import free_port, grpc_serving, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
@@ -201,12 +201,6 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
 
 # --- the parent: clients and the table -------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
     ids = [0] + [1000 + (salt + i) % 20000 for i in range(tokens - 2)] + [2]
     return embed_pb2.EmbedRequest(
@@ -217,28 +211,15 @@ def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
 
 def start(case: str, device_ms: float, profile: bool, http_port: int
           ) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", case, "--port", str(port),
          "--http-port", str(http_port), "--device-ms", str(device_ms)]
         + (["--profile", case] if profile else []),
         env={k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")})
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"{case} server exited with {proc.returncode}")
-            try:
-                status = health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-            except grpc.RpcError:
-                status = None
-            if status == health_pb2.HealthCheckResponse.SERVING:
-                return proc, address
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit(f"{case} server did not become SERVING in 120 s")
+    wait(f"{case} server", proc, lambda: grpc_serving(address), timeout=120)
+    return proc, address
 
 
 def sequential(stub, requests: list, count: int) -> list[float]:
@@ -299,7 +280,7 @@ def means_us(before: dict, after: dict) -> dict[str, float]:
 
 
 def measure(case: str, args) -> dict:
-    http_port = _free_port()
+    http_port = free_port()
     proc, address = start(case, args.device_ms, args.profile == case, http_port)
     server = not case.startswith("echo")
     try:

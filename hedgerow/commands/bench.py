@@ -14,6 +14,7 @@ HELP = "Run one of Hedgerow's benchmarks and print its table (arguments after NA
 BENCHMARKS = {
     "engine-cpu": ("engine_cpu", "CPU engine against sentence-transformers, real tokens/s"),
     "server-cpu": ("server_cpu", "gRPC server on CPU: batch-1 latency and concurrent throughput"),
+    "server-overhead": ("server_overhead", "the server's own host cost per request, no model"),
     "gateway-cpu": ("gateway_cpu", "latency the gateway adds, and tokenization throughput"),
     "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency on CPU"),
     "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),
