@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from hedgerow.errors import ModelLoadError
 
@@ -43,7 +43,7 @@ class Checkpoint:
                 raise ModelLoadError(f"{index} lists shards that are missing: {', '.join(absent)}")
             return files
         if single.is_file():
-            with safe_open(str(single), framework="pt") as handle:
+            with _open(single, "cpu") as handle:
                 return {name: single for name in handle.keys()}
         others = sorted(p.name for p in directory.glob("*.bin")) + sorted(
             p.name for p in directory.glob("*.pt"))
@@ -83,9 +83,21 @@ class Checkpoint:
         path = self._file_of[full]
         handle = self._handles.get(path)
         if handle is None:
-            handle = safe_open(str(path), framework="pt", device=str(self.device))
+            handle = _open(path, str(self.device))
             self._handles[path] = handle
-        return handle.get_tensor(full).to(self.dtype)
+        try:
+            tensor = handle.get_tensor(full)
+        except SafetensorError as error:
+            raise ModelLoadError(f"cannot read tensor {full!r} from {path}: {error}") from None
+        return tensor.to(self.dtype)
 
     def close(self) -> None:
         self._handles.clear()
+
+
+def _open(path: Path, device: str):
+    """safe_open(path) on `device`; a truncated or corrupt file is a ModelLoadError."""
+    try:
+        return safe_open(str(path), framework="pt", device=device)
+    except (SafetensorError, OSError) as error:
+        raise ModelLoadError(f"cannot read {path}: {error}") from None

@@ -132,6 +132,13 @@ def test_weights_that_do_not_fit_the_config(bert_dir):
         load_model(bert_dir)
 
 
+def test_truncated_safetensors_file(bert_dir):
+    weights = bert_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(ModelLoadError, match=r"cannot read .*model\.safetensors"):
+        load_model(bert_dir)
+
+
 def test_index_naming_a_missing_shard(tmp_path):
     transformers.BertModel(_tiny_bert_config()).save_pretrained(tmp_path, max_shard_size="20KB")
     first = sorted(tmp_path.glob("model-*.safetensors"))[0]
