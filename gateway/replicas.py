@@ -96,12 +96,14 @@ class Replica:
         self._on_info(self, self.info)
         return True
 
-    async def _apply(self, status: int) -> None:
+    async def _apply(self, status: int) -> bool:
+        """Follow `status`; False when the server is SERVING but its Info could not be had."""
         # Info is asked on every turn to SERVING: a restarted server may serve another version.
         if status == SERVING and not self._serving and not await self._fetch_info():
             self._set_serving(False)
-            return
+            return False
         self._set_serving(status == SERVING)
+        return True
 
     async def _watch(self) -> None:
         """Follow the health stream forever; on a broken stream, wait and watch again."""
@@ -113,8 +115,13 @@ class Replica:
                     reply = await self.health.Check(request, timeout=INFO_TIMEOUT_S)
                     await self._apply(reply.status)
                 else:
-                    async for reply in self.health.Watch(request):
-                        await self._apply(reply.status)
+                    # Watch sends only changes: when Info fails, end this stream and watch
+                    # again after the interval, whose first reply asks for Info again.
+                    stream = self.health.Watch(request)
+                    async for reply in stream:
+                        if not await self._apply(reply.status):
+                            stream.cancel()
+                            break
                     self._set_serving(False)
             except grpc.aio.AioRpcError as error:
                 if error.code() == grpc.StatusCode.UNIMPLEMENTED and not polling:

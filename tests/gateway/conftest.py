@@ -83,6 +83,11 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
                                        prompt_tokens=len(ids))
 
     def Info(self, request, context):
+        with self.owner.lock:
+            fail = self.owner.info_failures > 0
+            self.owner.info_failures -= fail
+        if fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "stand-in told to fail Info")
         return embed_pb2.InfoResponse(
             model="stand-in", architecture="bert", dimensions=WIDTH, max_tokens=512,
             max_request_tokens=1_000_000, pooling="mean", normalize=True,
@@ -99,6 +104,7 @@ class StandIn:
         self.tokens = 0
         self.chunks: list[int] = []
         self.fail_next: list[grpc.StatusCode] = []
+        self.info_failures = 0  # how many Info calls to answer UNAVAILABLE before answering
         self.delay = 0.0
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         embed_pb2_grpc.add_EmbedderServicer_to_server(StandInEmbedder(self), self.server)

@@ -196,6 +196,21 @@ def test_a_server_without_health_watch_is_polled(gateway_factory):
         server.stop()
 
 
+def test_a_server_whose_info_failed_once_joins_traffic_when_it_answers(gateway_factory):
+    """Watch sends only changes: a failed Info must be asked again, not wait for a change."""
+    import tests.gateway.conftest as helpers
+
+    server = helpers.StandIn()
+    server.info_failures = 2
+    try:
+        client = gateway_factory(servers=[server.address])
+        answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "late info"})
+        assert answer.status_code == 200, answer.text
+        assert server.info_failures == 0
+    finally:
+        server.stop()
+
+
 def test_a_server_that_starts_after_the_gateway_joins_traffic(gateway_factory):
     import tests.gateway.conftest as helpers
 
