@@ -33,11 +33,11 @@ class GatewaySettings:
     model: Path | None = setting(
         None,
         "Model directory whose tokenizer.json (and config files) the gateway uses. "
-        "Default: the packaged all-MiniLM-L6-v2.",
+        "Unset uses the packaged all-MiniLM-L6-v2.",
     )
     served_model_name: str | None = setting(
         None,
-        "The `model` name clients send and /v1/models lists. Default: the model directory's "
+        "The `model` name clients send and /v1/models lists. Unset: the model directory's "
         "name (all-MiniLM-L6-v2 for the packaged model).",
     )
     chunk_tokens: int = setting(
@@ -63,12 +63,12 @@ class GatewaySettings:
     )
     query_template: str | None = setting(
         None,
-        "Prefix for input_type=query. Default: the model's prompts "
+        "Prefix for input_type=query. Unset: the model's prompts "
         "(config_sentence_transformers.json) or the server's Info templates.",
     )
     document_template: str | None = setting(
         None,
-        "Prefix for input_type=document. Default: the model's prompts or the server's Info.",
+        "Prefix for input_type=document. Unset: the model's prompts or the server's Info.",
     )
     api_keys_file: Path | None = setting(
         None,

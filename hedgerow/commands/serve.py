@@ -41,7 +41,7 @@ POLL_S = 0.2
 @dataclasses.dataclass(frozen=True)
 class ServeSettings:
     model: Path | None = setting(
-        None, "Model directory for the server and the gateway's tokenizer. Default: the "
+        None, "Model directory for the server and the gateway's tokenizer. Unset uses the "
         "packaged all-MiniLM-L6-v2.", unit="path")
     host: str = setting("127.0.0.1", "Address the gateway listens on.")
     port: int = setting(8080, "Port the gateway listens on.", minimum=1, maximum=65535)
