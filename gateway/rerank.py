@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import RequestError
+from hedgerow.gateway.schema import check_text, kind
 from hedgerow.gateway.service import EmbeddingService
 from hedgerow.gateway.tokenizer import Sequences
 
@@ -48,37 +49,18 @@ class Reranked:
     total_tokens: int                # the query's and the documents' tokens, templates included
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-
-
-def _check_text(text: str, where: str, param: str) -> None:
-    if not text:
-        raise RequestError(f"{where} is an empty string; it must have text", param=param,
-                           code="empty_input")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RequestError(f"{where} is not valid Unicode (it holds a lone surrogate)",
-                               param=param, code="invalid_text") from None
-
-
 def parse_query(value: Any) -> str:
     if not isinstance(value, str):
-        raise RequestError(f"query must be a string; got {_kind(value)}", param="query",
+        raise RequestError(f"query must be a string; got {kind(value)}", param="query",
                            code="invalid_type")
-    _check_text(value, "query", "query")
+    check_text(value, "query", "query")
     return value
 
 
 def parse_documents(value: Any, max_inputs: int) -> list[str]:
     """The documents' texts in order, from strings or {"text": string} objects (mixable)."""
     if not isinstance(value, list):
-        raise RequestError(f"documents must be {DOCUMENT_SHAPES}; got {_kind(value)}",
+        raise RequestError(f"documents must be {DOCUMENT_SHAPES}; got {kind(value)}",
                            param="documents", code="invalid_type")
     if not value:
         raise RequestError("documents is an empty list; send at least one document",
@@ -94,14 +76,14 @@ def parse_documents(value: Any, max_inputs: int) -> list[str]:
             if not isinstance(item.get("text"), str):
                 raise RequestError(
                     f'{where} is an object without a string "text" field (its "text" is '
-                    f'{_kind(item.get("text"))}); documents must be {DOCUMENT_SHAPES}',
+                    f'{kind(item.get("text"))}); documents must be {DOCUMENT_SHAPES}',
                     param="documents", code="invalid_type")
             item = item["text"]
             where += ".text"
         elif not isinstance(item, str):
-            raise RequestError(f"{where} is {_kind(item)}; documents must be {DOCUMENT_SHAPES}",
+            raise RequestError(f"{where} is {kind(item)}; documents must be {DOCUMENT_SHAPES}",
                                param="documents", code="invalid_type")
-        _check_text(item, where, "documents")
+        check_text(item, where, "documents")
         texts.append(item)
     return texts
 

@@ -59,16 +59,17 @@ def _is_token(value: Any) -> bool:
     return type(value) is int  # bool is an int subclass and is not a token id
 
 
-def _check_text(text: str, where: str) -> None:
+def check_text(text: str, where: str, param: str = "input") -> None:
+    """A text must be non-empty and encodable as UTF-8; `where` names it in the message."""
     if not text:
-        raise RequestError(f"{where} is an empty string; every input must have text",
-                           param="input", code="empty_input")
+        raise RequestError(f"{where} is an empty string; it must have text",
+                           param=param, code="empty_input")
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise RequestError(f"{where} is not valid Unicode (it holds a lone surrogate)",
-                               param="input", code="invalid_text") from None
+                               param=param, code="invalid_text") from None
 
 
 def _check_tokens(tokens: list, where: str) -> None:
@@ -84,10 +85,10 @@ def _check_tokens(tokens: list, where: str) -> None:
 def parse_inputs(value: Any, max_inputs: int) -> Inputs:
     """Normalize OpenAI's `input` into texts or token-id lists, rejecting malformed forms."""
     if isinstance(value, str):
-        _check_text(value, "input")
+        check_text(value, "input")
         return Inputs(texts=[value])
     if not isinstance(value, list):
-        raise RequestError(f"input must be {INPUT_SHAPES}; got {_kind(value)}",
+        raise RequestError(f"input must be {INPUT_SHAPES}; got {kind(value)}",
                            param="input", code="invalid_type")
     if not value:
         raise RequestError("input is an empty list; send at least one input",
@@ -104,7 +105,7 @@ def parse_inputs(value: Any, max_inputs: int) -> Inputs:
         for index, text in enumerate(value):
             if not isinstance(text, str):
                 raise _mixed(index, text, "a string")
-            _check_text(text, f"input[{index}]")
+            check_text(text, f"input[{index}]")
         return Inputs(texts=list(value))
     if isinstance(first, list):
         for index, tokens in enumerate(value):
@@ -112,11 +113,12 @@ def parse_inputs(value: Any, max_inputs: int) -> Inputs:
                 raise _mixed(index, tokens, "a list of token ids")
             _check_tokens(tokens, f"input[{index}]")
         return Inputs(token_ids=list(value))
-    raise RequestError(f"input must be {INPUT_SHAPES}; input[0] is {_kind(first)}",
+    raise RequestError(f"input must be {INPUT_SHAPES}; input[0] is {kind(first)}",
                        param="input", code="invalid_type")
 
 
-def _kind(value: Any) -> str:
+def kind(value: Any) -> str:
+    """How a JSON value is named in a message: "a string", "null", ..."""
     if value is None:
         return "null"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
@@ -125,7 +127,7 @@ def _kind(value: Any) -> str:
 
 def _mixed(index: int, value: Any, expected: str) -> RequestError:
     return RequestError(
-        f"input[{index}] is {_kind(value)} but input[0] makes every item {expected}; "
+        f"input[{index}] is {kind(value)} but input[0] makes every item {expected}; "
         f"input must be {INPUT_SHAPES}", param="input", code="invalid_type")
 
 
