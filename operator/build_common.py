@@ -33,6 +33,21 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def pod_template_metadata(service: Service, component: names.Component, config: dict,
+                          metrics_port: int) -> dict:
+    """A pod template's labels and annotations: the ConfigMap `config`'s hash (so a settings
+    change rolls the pods) and where Prometheus scrapes /metrics."""
+    return {
+        "labels": names.labels(service, component),
+        "annotations": {
+            names.CONFIG_HASH_ANNOTATION: config_hash(config),
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(metrics_port),
+            "prometheus.io/path": "/metrics",
+        },
+    }
+
+
 def pod_security_context() -> dict:
     return {
         "runAsNonRoot": True,

@@ -7,8 +7,8 @@ the same model path as the servers (the model volume is mounted read-only here t
 
 from hedgerow.operator import names
 from hedgerow.operator.build_common import (
-    config_hash, config_map, container_security_context, pod_security_context, quantity,
-    scheduling, volumes_and_mounts,
+    config_map, container_security_context, pod_security_context, pod_template_metadata,
+    quantity, scheduling, volumes_and_mounts,
 )
 from hedgerow.operator.spec import Service
 
@@ -85,15 +85,8 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {
-                    "labels": names.labels(service, "gateway"),
-                    "annotations": {
-                        names.CONFIG_HASH_ANNOTATION: config_hash(config),
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(names.GATEWAY_HTTP_PORT),
-                        "prometheus.io/path": "/metrics",
-                    },
-                },
+                "metadata": pod_template_metadata(service, "gateway", config,
+                                                  names.GATEWAY_HTTP_PORT),
                 "spec": {
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": DRAIN_SECONDS + 60,

@@ -12,8 +12,8 @@ import math
 
 from hedgerow.operator import names
 from hedgerow.operator.build_common import (
-    config_hash, config_map, container_security_context, pod_security_context, quantity,
-    scheduling, volumes_and_mounts,
+    config_map, container_security_context, pod_security_context, pod_template_metadata,
+    quantity, scheduling, volumes_and_mounts,
 )
 from hedgerow.operator.spec import Service
 
@@ -152,15 +152,8 @@ def build_server_deployment(service: Service, config: dict) -> dict:
         "strategy": {"type": "RollingUpdate",
                      "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "template": {
-            "metadata": {
-                "labels": names.labels(service, "server"),
-                "annotations": {
-                    names.CONFIG_HASH_ANNOTATION: config_hash(config),
-                    "prometheus.io/scrape": "true",
-                    "prometheus.io/port": str(names.SERVER_HTTP_PORT),
-                    "prometheus.io/path": "/metrics",
-                },
-            },
+            "metadata": pod_template_metadata(service, "server", config,
+                                              names.SERVER_HTTP_PORT),
             "spec": pod_spec,
         },
     }
