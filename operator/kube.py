@@ -21,7 +21,6 @@ from hedgerow.operator.names import FIELD_MANAGER
 
 APPLY = "application/apply-patch+yaml"  # JSON is YAML; the API server accepts it as is
 STRATEGIC = "application/strategic-merge-patch+json"
-MERGE = "application/merge-patch+json"
 
 # kind -> plural for the kinds the operator touches (their apiVersion is in the manifest).
 PLURALS = {

@@ -46,7 +46,3 @@ def unwanted(service: Service) -> list[ChildRef]:
     if service.autoscaled:
         return []
     return [ChildRef("autoscaling/v2", "HorizontalPodAutoscaler", names.server_name(service))]
-
-
-def ref(manifest: dict) -> ChildRef:
-    return ChildRef(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])

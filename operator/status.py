@@ -13,7 +13,6 @@ from typing import Any, Iterable, Mapping
 READY = "Ready"
 PROGRESSING = "Progressing"
 GRAPHS_WARM = "GraphsWarm"
-CONDITION_TYPES = (READY, PROGRESSING, GRAPHS_WARM)
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
