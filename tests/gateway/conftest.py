@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from hedgerow import settings
+from hedgerow.commands.serve import server_serving
 from hedgerow.gateway.main import build_app
 from hedgerow.gateway.settings import GatewaySettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -234,13 +235,7 @@ class RealServer(Child):
                          "--http-port", str(self.http_port), *flags)
 
     def serving(self) -> bool:
-        with grpc.insecure_channel(self.address) as channel:
-            try:
-                reply = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-            except grpc.RpcError:
-                return False
-        return reply.status == health_pb2.HealthCheckResponse.SERVING
+        return server_serving(self.address)
 
     def metric(self, name: str) -> float:
         """The value of an unlabelled sample on the server's /metrics."""
