@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     ))
-    log.info("%s", logs.fields(event="gateway.listening",
-                               url=f"http://{config.host}:{config.port}"))
+    host = f"[{config.host}]" if ":" in config.host else config.host  # IPv6 in a URL
+    log.info("%s", logs.fields(event="gateway.listening", url=f"http://{host}:{config.port}"))
     server.run(sockets=[sock])
     return 0

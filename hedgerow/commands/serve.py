@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
                           {config.port, grpc_port})
     model = ["--model", str(config.model)] if config.model else []
     server_address = f"127.0.0.1:{grpc_port}"
-    url = f"http://{config.host}:{config.port}"
+    host = f"[{config.host}]" if ":" in config.host else config.host  # IPv6 in a URL
+    url = f"http://{host}:{config.port}"
 
     stack = Stack(config)
     previous = {signum: signal.signal(signum, lambda *_: stack.stopping.set())
