@@ -47,10 +47,11 @@ class Sequences:
     @classmethod
     def from_lists(cls, sequences: list[list[int]]) -> "Sequences":
         lengths = np.fromiter((len(s) for s in sequences), dtype=np.int32, count=len(sequences))
+        # Ids are below the vocabulary size (tokenizer output, or client ids checked first).
         flat = np.fromiter(
-            (t for s in sequences for t in s), dtype=np.int64, count=int(lengths.sum())
+            (t for s in sequences for t in s), dtype=np.int32, count=int(lengths.sum())
         )
-        return cls(input_ids=flat.astype(np.int32), lengths=lengths)
+        return cls(input_ids=flat, lengths=lengths)
 
 
 def too_long_message(index: int, length: int, max_tokens: int) -> str:
