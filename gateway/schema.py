@@ -154,7 +154,7 @@ def embeddings_body(
     if encoding_format == "base64":
         values: Any = [base64.b64encode(row.tobytes()).decode("ascii") for row in rows]
     else:
-        values = list(rows.astype(np.float32, copy=False))
+        values = list(rows)
     body = {
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)],
