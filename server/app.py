@@ -89,7 +89,11 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     embed_pb2_grpc.add_EmbedderServicer_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     address = f"{settings.host}:{settings.port}"
-    if server.add_insecure_port(address) == 0:
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:  # grpcio raises where older releases returned 0
+        bound = 0
+    if bound == 0:
         raise ConfigError(f"cannot listen for gRPC on {address}: is the port in use?")
     await server.start()
     try:
@@ -101,7 +105,11 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     log.info("%s", fields(event="server.listening", grpc=address,
                           http=f"{settings.host}:{settings.http_port}"))
     try:
-        loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))
+        try:
+            loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))
+        except HedgerowError:
+            await server.stop(None)  # a listener left to the collector logs a traceback
+            raise
         if loaded:
             await _set_serving(state, health)
             await stop.wait()
@@ -126,6 +134,7 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
         engine = loading.result()
     except HedgerowError as error:
         state.load_error = str(error)
+        await threads.close()
         raise
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)

@@ -1,6 +1,7 @@
 """Start and stop: health follows loading, and SIGTERM drains admitted work before exit 0."""
 
 import asyncio
+import socket
 import threading
 import urllib.request
 import json
@@ -118,3 +119,24 @@ def test_health_is_not_serving_until_the_model_is_loaded():
     assert list(response.shape) == [1, 384]
     assert warm_after["loaded"] is True and warm_after["serving"] is True
     assert code == 0
+
+
+def test_a_model_that_fails_to_load_exits_2_with_one_line(start_server, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    server = start_server("--model", str(tmp_path), wait=False)
+    assert server.proc.wait(60) == 2
+    log = server.log_text()
+    assert "hedgerow server: error: unsupported architecture" in log
+    assert "Traceback" not in log
+
+
+def test_a_grpc_port_in_use_exits_2_with_one_line(start_server):
+    with socket.socket() as taken:  # without SO_REUSEPORT, which gRPC's own listeners set
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = start_server("--port", str(port), wait=False)
+        assert server.proc.wait(60) == 2
+    log = server.log_text()
+    assert f"cannot listen for gRPC on 127.0.0.1:{port}" in log
+    assert "Traceback" not in log
