@@ -68,7 +68,7 @@ def parse_report(raw: bytes) -> WarmupReport:
         hot_captured = int(data.get("hot_set_captured", round(coverage * hot_set)))
     except KeyError:
         raise WarmupUnavailable("/warmup lacks the field 'loaded'") from None
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, OverflowError) as error:  # Overflow: int(Infinity)
         raise WarmupUnavailable(f"/warmup has a malformed count: {error}") from None
     if not isinstance(loaded, bool):
         raise WarmupUnavailable("/warmup field 'loaded' is not a boolean")

@@ -26,6 +26,7 @@ def test_parse_report_and_warmth():
     (b'{"captured": 1}', "lacks the field 'loaded'"),
     (b'{"loaded": "yes"}', "not a boolean"),
     (b'{"loaded": true, "captured": "many"}', "malformed count"),
+    (b'{"loaded": true, "hot_set": Infinity}', "malformed count"),
 ])
 def test_malformed_reports_are_rejected(raw, fragment):
     with pytest.raises(WarmupUnavailable, match=fragment):
