@@ -49,7 +49,6 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, attention: Attention, gpu: "CudaStepper | None" = None
                  ) -> None:
-        self._loaded = loaded
         self._model = loaded.model
         self._attention = attention
         self._gpu = gpu  # the CUDA step path (graphs, bucketing, overlap); None on CPU

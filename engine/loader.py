@@ -136,7 +136,7 @@ def _model_name(directory: Path) -> str:
 
 def load_model(path: str | Path, device: str | torch.device = "cpu",
                dtype: str = "float32", causal: bool | None = None) -> LoadedModel:
-    """Load the model directory `path` onto `device` in `dtype` ("float32" | "bfloat16").
+    """Load the model directory `path` onto `device` in `dtype` (a key of `DTYPES`).
 
     `causal` applies to Qwen3 only: None reads config.json (`is_causal`,
     `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask.
