@@ -17,11 +17,6 @@ from hedgerow.engine.pooling import postprocess
 from hedgerow.errors import InvalidInputError
 from hedgerow.wire import embed_pb2
 
-_TORCH_DTYPES = {
-    embed_pb2.FLOAT32: torch.float32,
-    embed_pb2.FLOAT16: torch.float16,
-    embed_pb2.BFLOAT16: torch.bfloat16,
-}
 # Little-endian numpy views used to write the bytes (bfloat16 travels as its 16-bit pattern).
 _WIRE_VIEWS = {
     embed_pb2.FLOAT32: (torch.float32, "<f4"),
@@ -37,7 +32,7 @@ class EmbedOptions:
     dtype: int               # an embed_pb2.DType value
 
 
-def _int32_array(data: bytes, name: str) -> np.ndarray:
+def decode_int32(data: bytes, name: str) -> np.ndarray:
     """Packed little-endian int32 bytes -> int32 numpy [n] (a writable copy the caller owns)."""
     if len(data) % 4:
         raise InvalidInputError(
@@ -46,9 +41,10 @@ def _int32_array(data: bytes, name: str) -> np.ndarray:
     return np.frombuffer(data, dtype="<i4").astype(np.int32)
 
 
-def decode_int32(data: bytes, name: str) -> torch.Tensor:
-    """Packed little-endian int32 bytes -> int32 tensor [n] (a copy the caller owns)."""
-    return torch.from_numpy(_int32_array(data, name))
+def check_dimensions(dimensions: int, width: int) -> None:
+    """InvalidInputError when a request's Matryoshka `dimensions` (0 = full) exceed `width`."""
+    if dimensions > width:
+        raise InvalidInputError(f"dimensions {dimensions} exceeds the model's width of {width}")
 
 
 def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> RaggedBatch:
@@ -61,8 +57,8 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Ra
     """
     if not request.input_ids and len(request.cu_seqlens) <= 4:
         raise InvalidInputError("empty request: no sequences to embed")
-    input_ids = _int32_array(request.input_ids, "input_ids")
-    cu_seqlens = _int32_array(request.cu_seqlens, "cu_seqlens")
+    input_ids = decode_int32(request.input_ids, "input_ids")
+    cu_seqlens = decode_int32(request.cu_seqlens, "cu_seqlens")
     if input_ids.size > max_request_tokens:
         raise InvalidInputError(
             f"request carries {input_ids.size} tokens, more than this server's per-request "
@@ -95,12 +91,10 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Ra
 def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normalize: bool
                    ) -> EmbedOptions:
     """Normalisation, Matryoshka dimensions (1..width, 0 = full) and output dtype."""
-    if request.dtype not in _TORCH_DTYPES:
+    if request.dtype not in _WIRE_VIEWS:
         raise InvalidInputError(
             f"dtype {request.dtype} is not one of FLOAT32 (0), FLOAT16 (1), BFLOAT16 (2)")
-    if request.dimensions > width:
-        raise InvalidInputError(
-            f"dimensions {request.dimensions} exceeds the model's width of {width}")
+    check_dimensions(request.dimensions, width)
     normalize = request.normalize if request.HasField("normalize") else default_normalize
     return EmbedOptions(normalize=normalize, dimensions=request.dimensions or None,
                         dtype=request.dtype)

@@ -20,7 +20,7 @@ from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.pooling import postprocess
 from hedgerow.engine.scoring import cosine_topk
 from hedgerow.errors import InvalidInputError
-from hedgerow.server.convert import decode_batch
+from hedgerow.server.convert import check_dimensions, decode_batch
 from hedgerow.wire import embed_pb2
 
 
@@ -48,9 +48,7 @@ def decode_score(request: embed_pb2.ScoreRequest, max_request_tokens: int, width
             "as sequences 1..N")
     if request.top_n < 1:
         raise InvalidInputError("top_n must be at least 1, got 0")
-    if request.dimensions > width:
-        raise InvalidInputError(
-            f"dimensions {request.dimensions} exceeds the model's width of {width}")
+    check_dimensions(request.dimensions, width)
     return ScoreQuery(batch=batch, top_n=request.top_n, dimensions=request.dimensions or None)
 
 
