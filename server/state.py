@@ -51,5 +51,4 @@ def warmup_status(state: ServerState) -> dict[str, Any]:
     status["steps"] = loop.steps if loop else 0
     status["step_shapes_seen"] = len(loop.shapes) if loop else 0
     status["loaded"] = True
-    status["serving"] = state.serving
     return status
