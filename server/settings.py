@@ -49,18 +49,6 @@ class ServerSettings:
         unit="threads", minimum=0,
     )
 
-    def overlap_depth(self) -> int:
-        """The number of batches in flight `inflight_batches` resolves to."""
-        if self.inflight_batches:
-            return self.inflight_batches
-        return 1 if self.device == "cpu" else 2
-
-    def torch_threads(self) -> int:
-        """The thread count `cpu_threads` resolves to on this machine."""
-        if self.cpu_threads:
-            return self.cpu_threads
-        return max(1, len(os.sched_getaffinity(0)) - 1)
-
     max_batch_tokens: int = setting(
         2048,
         "Token budget of one engine step. Larger batches amortise launch cost until the device "
@@ -104,6 +92,18 @@ class ServerSettings:
     log_level: str = setting(
         "info", "Log verbosity.", choices=("debug", "info", "warning", "error"),
     )
+
+    def overlap_depth(self) -> int:
+        """The number of batches in flight `inflight_batches` resolves to."""
+        if self.inflight_batches:
+            return self.inflight_batches
+        return 1 if self.device == "cpu" else 2
+
+    def torch_threads(self) -> int:
+        """The thread count `cpu_threads` resolves to on this machine."""
+        if self.cpu_threads:
+            return self.cpu_threads
+        return max(1, len(os.sched_getaffinity(0)) - 1)
 
     def __post_init__(self) -> None:
         if self.max_request_tokens > self.max_inflight_tokens:
