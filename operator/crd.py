@@ -389,7 +389,8 @@ ROOT = obj(
 
 PRINTER_COLUMNS = [
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
-    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Ready", "type": "string",
+     "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
     {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
