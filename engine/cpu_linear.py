@@ -18,6 +18,7 @@ from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.engine")
 
+
 def _post_op(module: nn.Module) -> tuple[str, str] | None:
     """The oneDNN post-op (name, algorithm) computing `module`, or None."""
     if isinstance(module, nn.GELU):
@@ -66,9 +67,11 @@ def use_onednn_linears(model: nn.Module) -> int:
     """Rewrite `model` in place; returns how many linear layers now run on oneDNN."""
     swapped = 0
     for name, child in list(model.named_children()):
-        if (isinstance(child, nn.Sequential) and len(child) == 2
-                and isinstance(child[0], nn.Linear) and _post_op(child[1]) is not None):
-            setattr(model, name, OneDnnLinear(child[0], *_post_op(child[1])))
+        pair = (isinstance(child, nn.Sequential) and len(child) == 2
+                and isinstance(child[0], nn.Linear))
+        post_op = _post_op(child[1]) if pair else None
+        if post_op is not None:
+            setattr(model, name, OneDnnLinear(child[0], *post_op))
             swapped += 1
         elif isinstance(child, nn.Linear):
             setattr(model, name, OneDnnLinear(child))

@@ -166,7 +166,6 @@ class _Static:
     output: torch.Tensor | None = None  # float32 [S+1, H], written by every replay
 
 
-
 class CudaStepper:
     """Runs `model` on one CUDA device through the graph cache. One thread calls `step`."""
 
@@ -203,13 +202,12 @@ class CudaStepper:
 
     def step(self, batch: RaggedBatch) -> LazyTensor:
         """Launch `batch` (validated) and return a LazyTensor of float32 [B, H]."""
-        feed = batch
         with torch.inference_mode():
             try:
-                pooled = self._run(feed)
+                pooled = self._run(batch)
             except TorchDynamoException as error:
                 self._give_up_compiling(error)
-                pooled = self._run(feed)
+                pooled = self._run(batch)
         return LazyTensor.copy_from_device(pooled, self.stream)
 
     def _run(self, feed: RaggedBatch) -> torch.Tensor:
