@@ -185,10 +185,8 @@ class Reranker:
                 f"{settings.max_request_tokens} are accepted per request (--max-request-tokens)",
                 param="documents", code="too_many_tokens")
         # Each chunk carries the query too, so the documents get the budget less the query.
-        budget = settings.chunk_tokens
-        if service.card.max_request_tokens:
-            budget = min(budget, service.card.max_request_tokens)
-        chunks = plan_chunks(document_ids.lengths, max(1, budget - query_ids.total_tokens))
+        chunks = plan_chunks(document_ids.lengths,
+                             max(1, service.chunk_budget() - query_ids.total_tokens))
         parts = await service.router.score(query_ids.input_ids, document_ids, chunks,
                                            top_n=top_n, deadline=deadline)
         ranked = merge_ranked(((indices.tolist(), scores.tolist()) for indices, scores in parts),

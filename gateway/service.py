@@ -61,6 +61,12 @@ class EmbeddingService:
             raise RequestError(f"dimensions is {dimensions}; it must be {limit}",
                                param="dimensions", code="invalid_value")
 
+    def chunk_budget(self) -> int:
+        """Tokens one chunk may carry: --chunk-tokens, capped by the server's per-request limit."""
+        if self.card.max_request_tokens:
+            return min(self.settings.chunk_tokens, self.card.max_request_tokens)
+        return self.settings.chunk_tokens
+
     async def sequences(self, raw_input, input_type: str | None) -> Sequences:
         """Token ids of every input, in order: templated and tokenized text, or checked ids."""
         inputs = parse_inputs(raw_input, self.settings.max_inputs)
@@ -105,10 +111,7 @@ class EmbeddingService:
         self.check_model(model)
         self.check_dimensions(dimensions)
         sequences = await self.sequences(raw_input, input_type)
-        budget = self.settings.chunk_tokens
-        if self.card.max_request_tokens:
-            budget = min(budget, self.card.max_request_tokens)
-        chunks = plan_chunks(sequences.lengths, budget)
+        chunks = plan_chunks(sequences.lengths, self.chunk_budget())
         embeddings = await self.router.embed(sequences, chunks, dimensions=dimensions,
                                              deadline=deadline)
         self.metrics.tokens.inc(sequences.total_tokens)
