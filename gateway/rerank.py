@@ -11,7 +11,6 @@ HTTP or gRPC, and imports no torch: the merge is plain Python.
 
 import dataclasses
 import math
-import time
 import uuid
 from typing import Any, Iterable, Sequence
 
@@ -153,12 +152,10 @@ class Reranker:
 
     async def _tokenize(self, texts: list[str], input_type: str, param: str) -> Sequences:
         service = self._service
-        card, truncate = service.card, service.settings.truncate
-        started = time.perf_counter()
-        sequences = await service.tokenizer.encode(
-            texts, template=card.templates.get(input_type, ""),
-            max_tokens=card.max_tokens if truncate else _UNLIMITED, truncate=truncate)
-        service.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+        card = service.card
+        sequences = await service.tokenize(
+            texts, card.templates.get(input_type, ""),
+            card.max_tokens if service.settings.truncate else _UNLIMITED)
         over = np.flatnonzero(sequences.lengths > card.max_tokens)
         if over.size:
             first = int(over[0])

@@ -67,17 +67,22 @@ class EmbeddingService:
             return min(self.settings.chunk_tokens, self.card.max_request_tokens)
         return self.settings.chunk_tokens
 
+    async def tokenize(self, texts: list[str], template: str, max_tokens: int) -> Sequences:
+        """`texts` with `template` prepended, tokenized under --truncate and timed; RequestError
+        for a text over `max_tokens` when not truncating."""
+        started = time.perf_counter()
+        sequences = await self.tokenizer.encode(texts, template=template, max_tokens=max_tokens,
+                                                truncate=self.settings.truncate)
+        self.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+        return sequences
+
     async def sequences(self, raw_input, input_type: str | None) -> Sequences:
         """Token ids of every input, in order: templated and tokenized text, or checked ids."""
         inputs = parse_inputs(raw_input, self.settings.max_inputs)
         card = self.card
         if inputs.texts is not None:
             template = card.templates.get(input_type, "") if input_type else ""
-            started = time.perf_counter()
-            sequences = await self.tokenizer.encode(
-                inputs.texts, template=template, max_tokens=card.max_tokens,
-                truncate=self.settings.truncate)
-            self.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+            sequences = await self.tokenize(inputs.texts, template, card.max_tokens)
         else:
             sequences = self._token_sequences(inputs, input_type, card)
         limit = self.settings.max_request_tokens
