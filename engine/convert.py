@@ -25,6 +25,13 @@ def _int(config: dict[str, Any], key: str, default: Any = None) -> int:
     return value
 
 
+def _float(config: dict[str, Any], key: str, default: float) -> float:
+    value = config.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ModelLoadError(f"config.json: {key} must be a number, got {value!r}")
+    return float(value)
+
+
 def bert_config(config: dict[str, Any]) -> BertConfig:
     model_type = config["model_type"]
     kind = config.get("position_embedding_type", "absolute")
@@ -55,7 +62,7 @@ def bert_config(config: dict[str, Any]) -> BertConfig:
         intermediate_size=_int(config, "intermediate_size"),
         max_position_embeddings=_int(config, "max_position_embeddings", 512),
         type_vocab_size=_int(config, "type_vocab_size", 2),
-        layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        layer_norm_eps=_float(config, "layer_norm_eps", 1e-12),
         hidden_act=act,
         position_offset=offset,
     )
@@ -64,10 +71,12 @@ def bert_config(config: dict[str, Any]) -> BertConfig:
 def _rope_theta(config: dict[str, Any]) -> float:
     params = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling") or {}
+    if not isinstance(params, dict) or not isinstance(scaling, dict):
+        raise ModelLoadError("config.json: rope_parameters and rope_scaling must be objects")
     kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
     if kind != "default":
         raise ModelLoadError(f"config.json: rope type {kind!r} is not supported (only 'default')")
-    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    return _float(params if "rope_theta" in params else config, "rope_theta", 10000.0)
 
 
 def qwen3_config(config: dict[str, Any], causal: bool | None) -> Qwen3Config:
@@ -94,7 +103,7 @@ def qwen3_config(config: dict[str, Any], causal: bool | None) -> Qwen3Config:
         head_dim=_int(config, "head_dim", hidden // heads),
         intermediate_size=_int(config, "intermediate_size"),
         max_position_embeddings=_int(config, "max_position_embeddings", 32768),
-        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=_float(config, "rms_norm_eps", 1e-6),
         rope_theta=_rope_theta(config),
         attention_bias=bool(config.get("attention_bias", False)),
         causal=causal,

@@ -195,6 +195,14 @@ def test_config_missing_a_size(bert_dir):
         load_model(bert_dir)
 
 
+def test_config_with_a_number_that_is_not_one(bert_dir):
+    config = json.loads((bert_dir / "config.json").read_text())
+    config["layer_norm_eps"] = "small"
+    (bert_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="layer_norm_eps must be a number, got 'small'"):
+        load_model(bert_dir)
+
+
 def test_sentence_transformers_last_token_pooling(tmp_path):
     config = transformers.Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=1,
                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8,
