@@ -138,8 +138,9 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> dict[str, torch.Tensor
     for i in range(config.num_layers):
         src, dst = f"encoder.layer.{i}.", f"layers.{i}."
         for kind in ("weight", "bias"):
-            out[dst + "qkv." + kind] = torch.cat(
-                [g(f"{src}attention.self.{p}.{kind}") for p in ("query", "key", "value")])
+            out[dst + "qkv." + kind] = _fuse(
+                [g(f"{src}attention.self.{p}.{kind}") for p in ("query", "key", "value")],
+                f"{src}attention.self.query/key/value.{kind}")
             for ours, theirs in renames.items():
                 out[f"{dst}{ours}.{kind}"] = g(f"{src}{theirs}.{kind}")
     return out
@@ -170,14 +171,27 @@ def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> dict[str, torch.Tens
                "down.weight": "mlp.down_proj.weight"}
     for i in range(config.num_layers):
         src, dst = f"layers.{i}.", f"layers.{i}."
-        out[dst + "qkv.weight"] = torch.cat([g(f"{src}{p}.weight") for p in projections])
+        out[dst + "qkv.weight"] = _fuse([g(f"{src}{p}.weight") for p in projections],
+                                        f"{src}self_attn.q/k/v_proj.weight")
         if config.attention_bias:
-            out[dst + "qkv.bias"] = torch.cat([g(f"{src}{p}.bias") for p in projections])
-        out[dst + "gate_up.weight"] = torch.cat(
-            [g(f"{src}mlp.gate_proj.weight"), g(f"{src}mlp.up_proj.weight")])
+            out[dst + "qkv.bias"] = _fuse([g(f"{src}{p}.bias") for p in projections],
+                                          f"{src}self_attn.q/k/v_proj.bias")
+        out[dst + "gate_up.weight"] = _fuse(
+            [g(f"{src}mlp.gate_proj.weight"), g(f"{src}mlp.up_proj.weight")],
+            f"{src}mlp.gate_proj/up_proj.weight")
         for ours, theirs in renames.items():
             out[dst + ours] = g(src + theirs)
     return out
+
+
+def _fuse(tensors: list[torch.Tensor], name: str) -> torch.Tensor:
+    """Concatenate projections along the output axis; ModelLoadError when their inputs differ."""
+    try:
+        return torch.cat(tensors)
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+        raise ModelLoadError(f"cannot fuse {name}: the projections have shapes {shapes}, which "
+                             "do not fit config.json") from None
 
 
 def _check_shape(tensor: torch.Tensor, expected: tuple[int, ...], name: str) -> None:

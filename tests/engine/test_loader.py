@@ -139,6 +139,14 @@ def test_truncated_safetensors_file(bert_dir):
         load_model(bert_dir)
 
 
+def test_projections_that_cannot_be_fused(bert_dir):
+    tensors = load_file(bert_dir / "model.safetensors")
+    tensors["encoder.layer.0.attention.self.key.weight"] = torch.zeros(48, 40)
+    save_file(tensors, bert_dir / "model.safetensors")
+    with pytest.raises(ModelLoadError, match=r"cannot fuse encoder\.layer\.0\.attention"):
+        load_model(bert_dir)
+
+
 def test_index_naming_a_missing_shard(tmp_path):
     transformers.BertModel(_tiny_bert_config()).save_pretrained(tmp_path, max_shard_size="20KB")
     first = sorted(tmp_path.glob("model-*.safetensors"))[0]
