@@ -58,8 +58,8 @@ class ServerSettings:
     )
     max_batch_seqs: int = setting(
         64,
-        "Most sequences in one engine step. Each distinct sequence count is one CUDA-graph "
-        "configuration, so a larger cap means more graphs (memory, capture time).",
+        "Most sequences in one engine step. On a GPU a batch with more sequences than "
+        "--graph-max-seqs runs without a CUDA graph (slower), so keep the two equal.",
         unit="sequences", minimum=1,
     )
     max_inflight_tokens: int = setting(
