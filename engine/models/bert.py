@@ -54,7 +54,6 @@ class BertLayer(nn.Module):
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
         self.num_heads, self.head_dim = config.num_heads, config.head_dim
-        self.eps = config.layer_norm_eps
         self.qkv = nn.Linear(h, 3 * h)
         self.attn_out = nn.Linear(h, h)
         self.attn_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
