@@ -3,24 +3,20 @@ cleanly on SIGTERM, and refuses bad settings with a one-line error."""
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 
 import aiohttp
 import pytest
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
+@pytest.mark.asyncio
 async def test_operator_process_reconciles_and_stops_on_sigterm(kube_api, subprocess_env):
-    port = _free_port()
+    port = free_port()
     env = {**subprocess_env, "KUBECONFIG": str(kube_api.kubeconfig),
            "HEDGEROW_RESYNC_INTERVAL": "0.5", "HEDGEROW_HEALTH_PORT": str(port)}
     process = await asyncio.create_subprocess_exec(
