@@ -21,6 +21,15 @@ from hedgerow.wire import embed_pb2
 from tests.conftest import child_env, free_port, hedgerow_command
 
 START_TIMEOUT_S = 120.0
+CLS, SEP = 101, 102  # all-MiniLM-L6-v2's [CLS] and [SEP]
+
+
+def sentence(*words: int, length: int | None = None) -> list[int]:
+    """[CLS] words [SEP]; with `length`, the words repeated to `length` tokens in all."""
+    body = list(words)
+    if length is not None:
+        body = (body * length)[: length - 2]
+    return [CLS, *body, SEP]
 
 
 def embed_request(sequences, **options) -> embed_pb2.EmbedRequest:

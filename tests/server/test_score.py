@@ -16,9 +16,8 @@ from hedgerow.engine.scoring import cosine_scores
 from hedgerow.kernels.topk_reference import topk_reference
 from hedgerow.server.convert import decode_embeddings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
-from tests.server.conftest import embed_request
+from tests.server.conftest import CLS, SEP, embed_request, sentence
 
-CLS, SEP = 101, 102
 MAX_REQUEST = 4096
 
 
@@ -32,13 +31,6 @@ def server(start_server):
 def stub(server):
     with grpc.insecure_channel(server.address) as channel:
         yield embed_pb2_grpc.EmbedderStub(channel)
-
-
-def sentence(*words: int, length: int | None = None) -> list[int]:
-    body = list(words)
-    if length is not None:
-        body = (body * length)[: length - 2]
-    return [CLS, *body, SEP]
 
 
 def score_request(query, documents, top_n, dimensions=0) -> embed_pb2.ScoreRequest:

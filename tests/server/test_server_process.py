@@ -19,10 +19,9 @@ from hedgerow.engine.engine import Engine
 from hedgerow.engine.pooling import postprocess
 from hedgerow.server.convert import decode_embeddings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
-from tests.server.conftest import embed_request
+from tests.server.conftest import CLS, SEP, embed_request, sentence
 
 MAX_BATCH_TOKENS, MAX_INFLIGHT, MAX_REQUEST = 256, 8192, 4096
-CLS, SEP = 101, 102
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +50,6 @@ def stub(server):
 def reference(engine, sequences, normalize=True, dimensions=None) -> np.ndarray:
     rows = engine.step(RaggedBatch.from_sequences(sequences)).synchronize()
     return postprocess(rows, normalize, dimensions).numpy()
-
-
-def sentence(*words: int, length: int | None = None) -> list[int]:
-    body = list(words)
-    if length is not None:
-        body = (body * length)[: length - 2]
-    return [CLS, *body, SEP]
 
 
 def test_info_describes_the_served_model(stub, engine):
