@@ -53,8 +53,9 @@ class EmbedSettings:
     )
     input_type: str | None = setting(
         None,
-        "Apply the model's prompt template for this kind of input (from "
-        "config_sentence_transformers.json); unset applies none.",
+        "Apply the model's prompt template for this kind of input (the `prompts` of "
+        "config_sentence_transformers.json; a model with no template for it gets none); unset "
+        "applies none.",
         choices=("query", "document"),
     )
     max_batch_tokens: int = setting(
