@@ -15,14 +15,14 @@ graph cache uses them for unused sequence slots).
   are never repeated.
 - `flash_attn`: `flash_attn.flash_attn_varlen_func`, used only when flash-attn is importable;
   grouped-query heads are native.
-
-Not a backend: cuDNN's ragged attention (`aten._cudnn_attention_forward` with cu_seqlens). It is
-correct but cannot be captured in a CUDA graph (torch 2.11, H200: the capture is invalidated),
-so it cannot serve a whole-model graph.
 - `sdpa`: the fallback that runs anywhere CUDA does: the ragged axis is scattered into a padded
   [B, max_seqlen, H, D] block (positions computed on the device) and `scaled_dot_product_attention`
   runs with a key-padding mask (bidirectional) or `is_causal` (causal: right padding is never
   attended by a real query, so no mask is needed).
+
+Not a backend: cuDNN's ragged attention (`aten._cudnn_attention_forward` with cu_seqlens). It is
+correct but cannot be captured in a CUDA graph (torch 2.11, H200: the capture is invalidated),
+so it cannot serve a whole-model graph.
 
 `AttentionTable` is the per-configuration choice: for each attention shape (query heads, kv
 heads, head dim, causal) a grid of measured (batch, length) cells, each with its time per
