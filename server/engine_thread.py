@@ -4,11 +4,11 @@ Every engine call runs on the engine thread: loading, warmup (hot-set capture) a
 The loop sees plain (pageable) copies of the rows, never a LazyTensor, and the engine thread
 holds every LazyTensor until it drops it, so the pinned host buffers of the device path are
 made and freed on the thread that also captures CUDA graphs, never concurrently with a
-capture. (Freeing a pinned buffer
-records an event on the stream it was copied on; done from another thread while that stream
-is being captured, the record would land inside the graph. An earlier design that let result
-buffers die on the event loop thread failed on an H200 with "CUDA error: invalid argument" in
-the next pinned allocation, once lazy captures began; this one passes the same test.)
+capture. (Freeing a pinned buffer records an event on the stream it was copied on; done from
+another thread while that stream is being captured, the record would land inside the graph.
+An earlier design that let result buffers die on the event loop thread failed on an H200 with
+"CUDA error: invalid argument" in the next pinned allocation, once lazy captures began; this
+one passes the same test.)
 
 A result already on the host when `step` returns (always, on CPU) comes back with the launch.
 For one that is not ready, the engine thread hands the LazyTensor straight to a second thread
