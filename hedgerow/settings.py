@@ -82,9 +82,12 @@ def _parse(kind: type, raw: str, name: str) -> Any:
     if kind is Path:
         return Path(raw).expanduser()
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected {kind.__name__}, got {raw!r}") from None
+    if kind is float and value != value:  # NaN passes every bound check
+        raise ConfigError(f"{name}: expected a number, got {raw!r}")
+    return value
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -18,6 +18,7 @@ class Sample:
     normalize: bool = setting(True, "L2-normalise.")
     servers: tuple[str, ...] = setting(("a:1",), "Servers.")
     mode: str = setting("fast", "Mode.", choices=("fast", "slow"))
+    grace: float = setting(30.0, "Grace.", unit="seconds", minimum=0)
 
 
 def parse(argv, environ=None):
@@ -51,6 +52,7 @@ def test_types_are_parsed():
         (["--max-batch-tokens", "0"], {}, "below the minimum"),
         ([], {"HEDGEROW_NORMALIZE": "maybe"}, "expected true or false"),
         (["--mode", "medium"], {}, "not one of fast, slow"),
+        (["--grace", "nan"], {}, "--grace: expected a number"),
     ],
 )
 def test_bad_values_name_the_setting(argv, env, message):
