@@ -37,6 +37,16 @@ INDEX_MASK = 0x7FFFFFFF  # the inverted index lives in the low 31 bits
 PAD_INDEX = -1
 
 
+def _ordered_bits(values: torch.Tensor) -> torch.Tensor:
+    """Rules 1-2 as int64: float32 bits flipped so integer order is score order, NaN as -inf,
+    -0 as +0. Any float dtype in, same shape out."""
+    x = values.to(torch.float32)
+    x = torch.where(torch.isnan(x), float("-inf"), x)
+    x = torch.where(x == 0, 0.0, x)  # -0 -> +0
+    bits = x.contiguous().view(torch.int32)
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+
+
 def order_keys(
     scores: torch.Tensor,
     valid_lengths: torch.Tensor | None = None,
@@ -48,14 +58,11 @@ def order_keys(
     columns valid); values are clamped into [0, cols]. forced: [rows, cols] bool or None.
     Returns int64 [rows, cols]; columns past a row's valid length hold SENTINEL_KEY.
     """
-    rows, cols = scores.shape
-    x = scores.to(torch.float32)
-    x = torch.where(torch.isnan(x), float("-inf"), x)
-    x = torch.where(x == 0, 0.0, x)  # -0 -> +0
+    cols = scores.shape[1]
+    x = scores
     if forced is not None:
-        x = torch.where(forced, float("inf"), x)
-    bits = x.contiguous().view(torch.int32)
-    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+        x = torch.where(forced, float("inf"), x.to(torch.float32))
+    ordered = _ordered_bits(x)
     column = torch.arange(cols, device=scores.device, dtype=torch.int64)
     keys = (ordered << 32) | (INDEX_MASK - column)
     if valid_lengths is not None:
@@ -111,11 +118,7 @@ def merge_topk(
     Candidates may come in any order (e.g. several partial top-k lists concatenated); indices
     must be distinct within a row and below 2**31. Returns the same layout as `topk_reference`.
     """
-    x = values.to(torch.float32)
-    x = torch.where(torch.isnan(x), float("-inf"), x)
-    x = torch.where(x == 0, 0.0, x)
-    bits = x.contiguous().view(torch.int32)
-    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+    ordered = _ordered_bits(values)
     keys = (ordered << 32) | (INDEX_MASK - indices.clamp(min=0))
     keys = torch.where(indices >= 0, keys, SENTINEL_KEY)
     return decode_keys(top_keys(keys, k), values.dtype)
