@@ -281,22 +281,34 @@ class GraphCache:
         return self.backend.run_eager(config, feed)
 
     def warmup(self) -> None:
-        """Warm and capture every hot-set configuration (eager run, then capture)."""
-        for config in self.hot_set:
-            entry = self._entries.setdefault(config, _Entry())
-            if entry.state is State.CAPTURED:
-                continue
-            feed = self.backend.warmup_feed(config)
-            if entry.state is State.COLD:
-                self.backend.run_eager(config, feed)
-                entry.state = State.WARM
-            if entry.state is State.WARM:
-                if not self._has_budget():
-                    entry.state = State.OVER_BUDGET
-                    entry.message = self._budget_message()
-                    continue
-                if self._capture(config, entry):
-                    self.backend.replay(config, feed)
+        """Warm and capture every hot-set configuration (eager run, then capture).
+
+        Logs one line per configuration (`done` of `total`, its state, seconds), so a slow
+        start-up (the first configuration also pays for torch.compile) shows how far along it is.
+        """
+        total = len(self.hot_set)
+        for done, config in enumerate(self.hot_set, start=1):
+            start = self._clock()
+            self._warm_one(config)
+            log.info("%s", fields(event="graph.warmup", config=str(config), done=done,
+                                  total=total, state=self._entries[config].state.value,
+                                  seconds=self._clock() - start))
+
+    def _warm_one(self, config: Config) -> None:
+        entry = self._entries.setdefault(config, _Entry())
+        if entry.state is State.CAPTURED:
+            return
+        feed = self.backend.warmup_feed(config)
+        if entry.state is State.COLD:
+            self.backend.run_eager(config, feed)
+            entry.state = State.WARM
+        if entry.state is State.WARM:
+            if not self._has_budget():
+                entry.state = State.OVER_BUDGET
+                entry.message = self._budget_message()
+                return
+            if self._capture(config, entry):
+                self.backend.replay(config, feed)
 
     def _capture(self, config: Config, entry: _Entry) -> bool:
         start = self._clock()

@@ -198,6 +198,18 @@ def test_warmup_reports_partial_coverage_when_a_capture_fails():
     assert report["graphs_by_state"]["failed"] == 1
 
 
+def test_warmup_logs_how_far_along_it_is(caplog):
+    grid = GraphGrid()
+    hot = parse_hot_set(["1x64", "1x128"], grid)
+    cache = GraphCache(grid, FakeBackend(fail={Config(1, 128)}), hot_set=hot)
+    with caplog.at_level("INFO", logger="hedgerow.engine.graphs"):
+        cache.warmup()
+    lines = [r.getMessage() for r in caplog.records if "event=graph.warmup" in r.getMessage()]
+    assert len(lines) == 2
+    assert "done=1 total=2 state=captured" in lines[0]
+    assert "done=2 total=2 state=failed" in lines[1]
+
+
 def test_reset_forgets_states_but_not_past_work():
     backend = FakeBackend()
     cache = GraphCache(GraphGrid(), backend)
