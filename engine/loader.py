@@ -101,16 +101,21 @@ def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
     return SentenceTransformersSettings(pooling, normalize, max_seq_length, templates)
 
 
+POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                 "pooling_mode_lasttoken": "last"}
+
+
 def _pooling_mode(config: dict[str, Any], path: Path) -> str:
-    if config.get("pooling_mode_cls_token"):
-        return "cls"
-    if config.get("pooling_mode_mean_tokens"):
-        return "mean"
-    if config.get("pooling_mode_lasttoken"):
-        return "last"
+    """The one pooling mode a sentence-transformers Pooling config turns on.
+
+    Several modes at once would make sentence-transformers concatenate them into a wider
+    vector, which we do not compute: that is refused rather than silently pooled one way.
+    """
     modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
-    raise ModelLoadError(f"{path}: pooling {', '.join(modes) or '(none)'} is not supported "
-                         f"(supported: cls, mean, last token)")
+    if len(modes) == 1 and modes[0] in POOLING_MODES:
+        return POOLING_MODES[modes[0]]
+    raise ModelLoadError(f"{path}: pooling {' + '.join(modes) or '(none)'} is not supported "
+                         f"(supported: exactly one of cls, mean, last token)")
 
 
 def _device(name: str | torch.device) -> torch.device:

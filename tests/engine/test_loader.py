@@ -163,6 +163,15 @@ def test_unsupported_pooling_mode(bert_dir):
         load_model(bert_dir)
 
 
+def test_several_pooling_modes_are_refused(bert_dir):
+    # sentence-transformers would concatenate cls and mean into a vector twice as wide
+    (bert_dir / "1_Pooling").mkdir()
+    (bert_dir / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True}))
+    with pytest.raises(ModelLoadError, match="pooling_mode_cls_token \\+ pooling_mode_mean_tokens"):
+        load_model(bert_dir)
+
+
 def test_unknown_dtype(bert_dir):
     with pytest.raises(ModelLoadError, match="dtype 'int8' is not supported"):
         load_model(bert_dir, dtype="int8")
