@@ -25,7 +25,8 @@ from hedgerow.errors import InvalidInputError
 from hedgerow.logs import fields, step
 
 if TYPE_CHECKING:
-    from hedgerow.engine.gpu import CudaStepper, GpuSettings
+    from hedgerow.engine.gpu import CudaStepper
+    from hedgerow.engine.gpu_settings import GpuSettings
 
 log = logging.getLogger("hedgerow.engine")
 
@@ -84,7 +85,8 @@ class Engine:
                                       layers=swapped))
         gpu = None
         if loaded.device.type == "cuda" and attention is None:
-            from hedgerow.engine.gpu import GpuSettings, stepper_for
+            from hedgerow.engine.gpu import stepper_for
+            from hedgerow.engine.gpu_settings import GpuSettings
             gpu = stepper_for(loaded, gpu_settings or GpuSettings())
         engine = cls(loaded, attention or CpuRaggedAttention(), gpu)
         log.info("%s", fields(event="engine.ready", model=engine.info.name,

@@ -56,7 +56,7 @@ class Action(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class GraphGrid:
-    """The bucket grid. Every field has a matching engine setting (see `gpu.GpuSettings`)."""
+    """The bucket grid. Every field has a matching engine setting (see `gpu_settings.GpuSettings`)."""
 
     small_step: int = 64
     switch: int = 1024

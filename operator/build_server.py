@@ -47,7 +47,7 @@ def hot_set(graphs: dict) -> list[tuple[int, int]]:
 
 def server_env(service: Service) -> dict[str, str]:
     """HEDGEROW_* settings of `hedgerow server` (server/settings.py and the engine's
-    GpuSettings in engine/gpu.py say what each means)."""
+    GpuSettings in engine/gpu_settings.py say what each means)."""
     server, model = service.spec["server"], service.spec["model"]
     env = {
         "HEDGEROW_MODEL": model["path"],

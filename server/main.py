@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from hedgerow import logs, settings
-from hedgerow.engine.gpu import GpuSettings
+from hedgerow.engine.gpu_settings import GpuSettings
 from hedgerow.server.settings import ServerSettings
 
 HELP = ("Serve a text-embedding model over gRPC (Embedder + grpc.health.v1) with /metrics and "

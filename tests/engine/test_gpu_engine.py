@@ -24,7 +24,7 @@ import transformers  # noqa: E402
 
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
-from hedgerow.engine.gpu import GpuSettings  # noqa: E402
+from hedgerow.engine.gpu_settings import GpuSettings  # noqa: E402
 from hedgerow.engine.graphs import Config, State  # noqa: E402
 
 VOCAB = 301

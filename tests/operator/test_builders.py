@@ -189,7 +189,7 @@ def test_configmaps_load_into_the_real_process_settings(spec):
     """The ConfigMaps are the contract with `hedgerow server` and `hedgerow gateway`: every
     key must be a setting those processes read, in a format they accept."""
     from hedgerow import settings as settings_lib
-    from hedgerow.engine.gpu import GpuSettings
+    from hedgerow.engine.gpu_settings import GpuSettings
     from hedgerow.engine.graphs import parse_hot_set
     from hedgerow.gateway.settings import GatewaySettings
     from hedgerow.server.settings import ServerSettings

@@ -21,7 +21,7 @@ import transformers  # noqa: E402
 
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
-from hedgerow.engine.gpu import GpuSettings  # noqa: E402
+from hedgerow.engine.gpu_settings import GpuSettings  # noqa: E402
 from hedgerow.engine.pooling import postprocess  # noqa: E402
 from hedgerow.server.convert import decode_embeddings  # noqa: E402
 from hedgerow.wire import embed_pb2_grpc  # noqa: E402
