@@ -12,6 +12,7 @@ loop. API failures raise kopf.TemporaryError, which kopf retries with a delay.
 import asyncio
 import dataclasses
 import logging
+import weakref
 from typing import Any, Mapping
 
 import aiohttp
@@ -33,6 +34,19 @@ class Context:
     config: Any  # hedgerow.operator.main.OperatorSettings
     kube: KubeClient
     probes: aiohttp.ClientSession | None = None
+    # One lock per EmbeddingService (namespace/name) around reading pods and writing their gates:
+    # reconcile and the warmup timer both observe, and one of them acting on a pod list read
+    # before the other's gate write would undo that write. Weak values: a lock lives only
+    # while somebody waits on it.
+    _gate_locks: weakref.WeakValueDictionary = dataclasses.field(
+        default_factory=weakref.WeakValueDictionary)
+
+    def gate_lock(self, service: Service) -> asyncio.Lock:
+        key = f"{service.namespace}/{service.name}"
+        lock = self._gate_locks.get(key)
+        if lock is None:
+            lock = self._gate_locks[key] = asyncio.Lock()
+        return lock
 
 
 def _announce(body: Mapping[str, Any], changed: list[dict]) -> None:
@@ -118,9 +132,14 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
                                 names.server_name(service))
     gateway = await ctx.kube.get("apps/v1", "Deployment", service.namespace,
                                  names.gateway_name(service))
-    pods = await ctx.kube.list("v1", "Pod", service.namespace,
-                               names.selector(service, "server"))
-    warm = await _track_gates(ctx, service, body, pods)
+    decisions = await update_gates(ctx, service)
+    for name, decision, written in decisions:
+        if written:
+            kopf.event(body, type="Normal" if decision.status == "True" else "Warning",
+                       reason=decision.reason,
+                       message=f"pod {name}: {names.GATE_CONDITION}={decision.status}: "
+                               f"{decision.message}")
+    warm = sum(decision.status == "True" for _, decision, _ in decisions)
     if service.autoscaled:
         desired = int(((server or {}).get("spec") or {}).get(
             "replicas", service.spec["autoscaling"]["minReplicas"]))
@@ -132,24 +151,31 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
                       status.status_fields(service.model_label, seen, generation))
 
 
-async def _track_gates(ctx: Context, service: Service, body: Mapping[str, Any],
-                       pods: list[dict]) -> int:
-    """Set each server pod's readiness gate from its /warmup; return how many are warm."""
-    views = [warmup.server_pod(pod) for pod in pods
-             if not (pod.get("metadata") or {}).get("deletionTimestamp")]
-    decisions = await asyncio.gather(*(_decide(ctx, view) for view in views))
-    gated = service.spec["warmup"]["readinessGate"]
-    at = status.now()
-    for view, decision in zip(views, decisions):
-        if gated and warmup.needs_patch(view, decision):
-            condition = warmup.gate_condition(view, decision, at)
-            await ctx.kube.patch_pod_status(service.namespace, view.name,
-                                            {"status": {"conditions": [condition]}})
-            kopf.event(body, type="Normal" if decision.status == "True" else "Warning",
-                       reason=decision.reason,
-                       message=f"pod {view.name}: {names.GATE_CONDITION}={decision.status}: "
-                               f"{decision.message}")
-    return sum(decision.status == "True" for decision in decisions)
+async def update_gates(ctx: Context,
+                       service: Service) -> list[tuple[str, warmup.GateDecision, bool]]:
+    """Set each server pod's readiness gate from its /warmup.
+
+    Returns (pod name, decision, whether the gate was written) per pod.
+    Reads the pods and writes their gates under the service's gate lock, so a decision is
+    never made on a pod list older than another handler's gate write.
+    """
+    async with ctx.gate_lock(service):
+        pods = await ctx.kube.list("v1", "Pod", service.namespace,
+                                   names.selector(service, "server"))
+        views = [warmup.server_pod(pod) for pod in pods
+                 if not (pod.get("metadata") or {}).get("deletionTimestamp")]
+        decisions = await asyncio.gather(*(_decide(ctx, view) for view in views))
+        gated = service.spec["warmup"]["readinessGate"]
+        at = status.now()
+        results = []
+        for view, decision in zip(views, decisions):
+            written = gated and warmup.needs_patch(view, decision)
+            if written:
+                await ctx.kube.patch_pod_status(
+                    service.namespace, view.name,
+                    {"status": {"conditions": [warmup.gate_condition(view, decision, at)]}})
+            results.append((view.name, decision, written))
+    return results
 
 
 async def _decide(ctx: Context, view: warmup.ServerPod) -> warmup.GateDecision:

@@ -4,15 +4,21 @@ kmock emulates the Kubernetes API (no controllers, no garbage collection): pods 
 status are written by the test, as the kubelet and the Deployment controller would.
 """
 
+import asyncio
 import copy
 import datetime
+import types
 from pathlib import Path
 
+import aiohttp
+import kopf
 import kubernetes_validate
 import pytest
 import yaml
+from aiohttp import web
 
-from hedgerow.operator import names
+from hedgerow.operator import handlers, names, spec, warmup
+from hedgerow.operator.kube import KubeClient
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -178,6 +184,55 @@ async def test_warmup_reports_set_gates_and_graphs_warm(cluster):
     reset = await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "False"),
                                      "gate reset after the restart")
     assert reset["reason"] == "ContainerRestarted"
+
+
+async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):
+    """Reconcile and the warmup timer observe concurrently. The first observer's /warmup read
+    is held back (and then fails) while a second observer reads the pod, finds it warm and
+    writes its gate True; the first must not then decide on its older pod list and write
+    the gate back to False. The handlers run directly on a real KubeClient against kmock:
+    only a direct call can order the two observers deterministically."""
+    held, release, calls = asyncio.Event(), asyncio.Event(), []
+
+    async def warmup_endpoint(request):
+        calls.append(len(calls))
+        if len(calls) == 1:  # the first observer's read: hold it, then fail
+            held.set()
+            await release.wait()
+            return web.Response(status=503)
+        return web.json_response({"loaded": True, "captured": 4, "hot_set": 4,
+                                  "coverage": 1.0})
+
+    app = web.Application()
+    app.router.add_get("/warmup", warmup_endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    body = kube_api.resource("emb")
+    await kube_api.post(kube_api.cr_path, body)
+    await kube_api.post("/api/v1/namespaces/ml/pods", _pod("emb-server-a", "2026-01-01T00:00:00Z"))
+    kube = KubeClient()
+    await kube.connect(kopf.ConnectionInfo(server=str(kube_api.kmock.url), token="t"))
+    config = types.SimpleNamespace(warmup_port=port, warmup_timeout=10.0)
+    ctx = handlers.Context(config=config, kube=kube, probes=aiohttp.ClientSession())
+    try:
+        service = spec.parse(body)
+        first = asyncio.create_task(handlers.update_gates(ctx, service))
+        await asyncio.wait_for(held.wait(), 10)
+        second = asyncio.create_task(handlers.update_gates(ctx, service))
+        await asyncio.sleep(0.5)  # without the lock, the second observer finishes here
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 20)
+    finally:
+        await ctx.probes.close()
+        await kube.close()
+        await runner.cleanup()
+    assert [d.reason for _, d, _ in first.result()] == [warmup.UNREACHABLE]
+    assert [d.reason for _, d, _ in second.result()] == [warmup.WARM]
+    gate = await _gate(kube_api, "emb-server-a", "True")
+    assert gate and gate["reason"] == warmup.WARM, "the newer True gate was overwritten"
 
 
 async def test_deleted_child_is_recreated(cluster):
