@@ -147,7 +147,9 @@ def decide(pod: ServerPod, report: WarmupReport | None, error: str | None) -> Ga
         if report.warm:
             return GateDecision("True", WARM, report.describe())
         return GateDecision("False", WARMING, report.describe())
-    if restarted_since_warm(pod):
+    if restarted_since_warm(pod) or (pod.gate or {}).get("reason") == RESTARTED:
+        # Kept until the new process reports: the next cycle sees a False gate, and calling
+        # it "unreachable" then would hide why the pod left traffic.
         return GateDecision("False", RESTARTED, "server container restarted; graphs lost")
     if pod.gate and pod.gate.get("status") == "True":
         # A warm server whose HTTP port blips keeps serving; its gRPC readiness probe is

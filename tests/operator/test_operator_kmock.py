@@ -184,6 +184,9 @@ async def test_warmup_reports_set_gates_and_graphs_warm(cluster):
     reset = await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "False"),
                                      "gate reset after the restart")
     assert reset["reason"] == "ContainerRestarted"
+    await asyncio.sleep(1.0)  # a few more warmup cycles: the reason stays until a report
+    still = await _gate(cluster, "emb-server-a", "False")
+    assert still and still["reason"] == "ContainerRestarted", still
 
 
 async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):

@@ -63,6 +63,13 @@ def test_gate_resets_when_the_container_restarted_after_it_turned_true():
     decision = warmup.decide(restarted, None, "connection refused")
     assert (decision.status, decision.reason) == ("False", warmup.RESTARTED)
     assert not warmup.restarted_since_warm(_pod(gate=TRUE_GATE))
+    # The next cycle sees the reset gate: the reason stays until the new process reports.
+    reset = _pod(started="2026-01-01T01:00:00Z", gate={
+        "status": "False", "reason": warmup.RESTARTED,
+        "lastTransitionTime": "2026-01-01T01:00:05Z"})
+    assert not warmup.needs_patch(reset, warmup.decide(reset, None, "connection refused"))
+    assert warmup.decide(reset, COLD, None).reason == warmup.WARMING
+    assert warmup.decide(reset, WARM, None).status == "True"
 
 
 def test_gate_patch_only_on_change_and_transition_time_kept():
