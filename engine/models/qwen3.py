@@ -89,7 +89,9 @@ class Qwen3Model(nn.Module):
     def __init__(self, config: Qwen3Config) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # A factory, not nn.Embedding's init: see BertModel.
+        self.embed_tokens = nn.Embedding.from_pretrained(
+            torch.randn(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(Qwen3Layer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
