@@ -63,12 +63,15 @@ class GatewaySettings:
     )
     query_template: str | None = setting(
         None,
-        "Prefix for input_type=query. Unset: the model's prompts "
+        "Prefix for input_type=query; \"\" for none. Unset: the model's prompts "
         "(config_sentence_transformers.json) or the server's Info templates.",
+        empty_is_value=True,
     )
     document_template: str | None = setting(
         None,
-        "Prefix for input_type=document. Unset: the model's prompts or the server's Info.",
+        "Prefix for input_type=document; \"\" for none. Unset: the model's prompts or the "
+        "server's Info.",
+        empty_is_value=True,
     )
     api_keys_file: Path | None = setting(
         None,

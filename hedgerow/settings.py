@@ -29,11 +29,13 @@ def setting(
     minimum: float | None = None,
     maximum: float | None = None,
     secret: bool = False,
+    empty_is_value: bool = False,
 ) -> Any:
     """A dataclass field that is also a flag and an environment variable.
 
     `minimum`/`maximum` bound numbers (inclusive); `choices` bounds strings; `secret` keeps
-    the value out of logs.
+    the value out of logs. An optional setting given as "" or "none" is None (unset), unless
+    `empty_is_value`: then "" is the empty string (a template switched off, say).
     """
     meta = {
         "help": help,
@@ -42,6 +44,7 @@ def setting(
         "minimum": minimum,
         "maximum": maximum,
         "secret": secret,
+        "empty_is_value": empty_is_value,
     }
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
@@ -154,6 +157,9 @@ def load(
         if raw is None:
             continue
         if isinstance(raw, str):
+            if meta["empty_is_value"] and raw == "":
+                values[field.name] = ""
+                continue
             if optional and raw.strip().lower() in ("", "none"):
                 values[field.name] = None
                 continue

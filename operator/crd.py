@@ -250,8 +250,10 @@ GATEWAY = obj(
                             default=False),
         "templates": obj(
             {
-                "query": string("Prefix for input_type=query.", max_length=4096),
-                "document": string("Prefix for input_type=document.", max_length=4096),
+                "query": string('Prefix for input_type=query; "" for none.',
+                                max_length=4096),
+                "document": string('Prefix for input_type=document; "" for none.',
+                                   max_length=4096),
             },
             "Prefixes per input type. Default: the model's own prompts.",
         ),

@@ -19,6 +19,7 @@ class Sample:
     servers: tuple[str, ...] = setting(("a:1",), "Servers.")
     mode: str = setting("fast", "Mode.", choices=("fast", "slow"))
     grace: float = setting(30.0, "Grace.", unit="seconds", minimum=0)
+    prefix: str | None = setting(None, "Prefix.", empty_is_value=True)
 
 
 def parse(argv, environ=None):
@@ -43,6 +44,15 @@ def test_types_are_parsed():
     loaded = parse(["--model", "/m", "--servers", "x:1, y:2"])
     assert loaded.model == Path("/m")
     assert loaded.servers == ("x:1", "y:2")
+
+
+def test_empty_is_unset_unless_the_setting_says_it_is_a_value():
+    assert parse([], {"HEDGEROW_MODEL": ""}).model is None
+    assert parse(["--model", "none"]).model is None
+    assert parse([], {"HEDGEROW_PREFIX": ""}).prefix == ""
+    assert parse(["--prefix", ""]).prefix == ""
+    assert parse([]).prefix is None
+    assert parse([], {"HEDGEROW_PREFIX": "query: "}).prefix == "query: "
 
 
 @pytest.mark.parametrize(

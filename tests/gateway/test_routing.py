@@ -166,6 +166,10 @@ def test_server_templates_apply_to_input_type(standins, gateway_factory):
     answer = flagged.post("/tokenize", json={"input": "hedges", "input_type": "query"}).json()
     assert answer["data"][0]["tokens"] == flagged.post(
         "/tokenize", json={"input": "search: hedges"}).json()["data"][0]["tokens"]
+    # An empty template switches the server's off (the operator writes "" for that).
+    off = gateway_factory(query_template="")
+    answer = off.post("/tokenize", json={"input": "hedges", "input_type": "query"}).json()
+    assert answer["data"][0]["tokens"] == document["data"][0]["tokens"]
 
 
 def test_truncate_cuts_long_inputs_instead_of_refusing(standins, gateway_factory):
