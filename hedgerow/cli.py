@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from hedgerow import __version__
+from hedgerow import __version__, lifeline
 from hedgerow.errors import HedgerowError
 
 COMMANDS = {
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     module.configure_parser(parser)
     args = parser.parse_args(rest)
     try:
+        lifeline.follow_parent()
         return int(module.run(args) or 0)
     except HedgerowError as error:
         print(f"hedgerow {name}: error: {error}", file=sys.stderr)

@@ -5,12 +5,13 @@ free ports otherwise), start `hedgerow server` and wait until its gRPC health sa
 start `hedgerow gateway` in front of it and wait until /readyz answers 200, print where to send
 requests, and on Ctrl-C or SIGTERM stop the gateway, then the server, and exit 0. The children
 run in their own process groups so a terminal's Ctrl-C reaches only this process, which stops
-them in order. Knows nothing about models or HTTP routes beyond those two probes.
+them in order; each stops by itself if this process is killed outright. Knows nothing about models or HTTP routes beyond those two probes.
 """
 
 import argparse
 import dataclasses
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -97,9 +98,11 @@ def pick_port(host: str, asked: int, preferred: int, taken: set[int]) -> int:
 
 
 def hedgerow_child(*args: str) -> subprocess.Popen:
-    """Start `hedgerow ARGS` with this interpreter, in its own process group."""
+    """Start `hedgerow ARGS` with this interpreter, in its own process group; it stops by
+    itself if this process dies without stopping it (hedgerow/lifeline.py)."""
+    env = {**os.environ, "HEDGEROW_PARENT_PID": str(os.getpid())}
     return subprocess.Popen([sys.executable, "-P", "-m", "hedgerow", *args],
-                            start_new_session=True)
+                            start_new_session=True, env=env)
 
 
 class Stack:
@@ -205,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
                 "--host", config.host, "--port", str(config.port),
                 "--log-level", config.log_level)
             if stack.wait_until("gateway", gateway, lambda: gateway_ready(url)):
+                say(f"the gateway (pid {gateway.pid}) is ready")
                 say(f"ready: POST {url}/v1/embeddings (OpenAI-compatible). Ctrl-C stops.")
                 status = stack.watch()
                 if status:

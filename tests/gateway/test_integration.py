@@ -264,3 +264,42 @@ def test_hedgerow_serve_exits_non_zero_and_stops_the_gateway_when_the_server_die
     assert "the server exited unexpectedly" in text and "stopping the gateway" in text
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+
+
+def test_killing_hedgerow_serve_outright_stops_its_children(tmp_path, subprocess_env):
+    import os
+    import re
+
+    port = conftest.free_port()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)),
+                                env=subprocess_env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + conftest.START_TIMEOUT_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                if "hedgerow serve: ready" in log_path.read_text():
+                    break
+                time.sleep(0.2)
+            children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", log_path.read_text())]
+            assert len(children) == 2, log_path.read_text()
+            proc.kill()  # SIGKILL: serve gets no chance to stop them
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(alive(pid) for pid in children):
+        time.sleep(0.2)
+    survivors = [pid for pid in children if alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, log_path.read_text()
