@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hedgerow.defaults import model_name
 from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
 from hedgerow.engine.models.bert import BertConfig, BertModel
@@ -25,9 +26,6 @@ from hedgerow.errors import ModelLoadError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Directory names too generic to name a model; the parent names it instead.
-_GENERIC_NAMES = ("model", "models", "weights")
-
-
 @dataclass(frozen=True)
 class SentenceTransformersSettings:
     """What a sentence-transformers directory says about serving; None where it is silent."""
@@ -133,12 +131,6 @@ def _device(name: str | torch.device) -> torch.device:
     return device
 
 
-def _model_name(directory: Path) -> str:
-    if directory.name in _GENERIC_NAMES and directory.parent.name:
-        return directory.parent.name
-    return directory.name
-
-
 def load_model(path: str | Path, device: str | torch.device = "cpu",
                dtype: str = "float32", causal: bool | None = None) -> LoadedModel:
     """Load the model directory `path` onto `device` in `dtype` (a key of `DTYPES`).
@@ -189,7 +181,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
         model=model,
         architecture=model_type,
         config=config,
-        name=_model_name(directory),
+        name=model_name(directory),
         pooling=st.pooling or default_pooling,
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,

@@ -16,11 +16,11 @@ from typing import Iterator
 import uvicorn
 
 from hedgerow import logs, settings
-from hedgerow.defaults import default_model_path
+from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError
 from hedgerow.gateway.app import create_app
 from hedgerow.gateway.auth import ApiKeys, load_keys
-from hedgerow.gateway.model_card import default_name, load_card
+from hedgerow.gateway.model_card import load_card
 from hedgerow.gateway.settings import GatewaySettings
 from hedgerow.gateway.tokenizer import TextTokenizer
 
@@ -35,9 +35,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def build_app(config: GatewaySettings):
     """The app for `config`: tokenizer, model card and API keys loaded, nothing started."""
-    packaged = default_model_path() if config.model is None else None
-    model_dir = config.model or packaged
-    name = config.served_model_name or default_name(model_dir, packaged is not None)
+    model_dir = config.model or default_model_path()
+    name = config.served_model_name or model_name(model_dir)
     card = load_card(model_dir, name=name, query_template=config.query_template,
                      document_template=config.document_template)
     tokenizer = TextTokenizer(model_dir, threads=config.tokenizer_threads)

@@ -55,13 +55,6 @@ def templates_from_prompts(prompts: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def default_name(model_dir: Path, is_packaged_default: bool) -> str:
-    """The name clients send when none is configured."""
-    if is_packaged_default:
-        return "all-MiniLM-L6-v2"
-    return model_dir.resolve().name
-
-
 def load_card(
     model_dir: Path,
     *,

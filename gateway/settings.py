@@ -38,7 +38,8 @@ class GatewaySettings:
     served_model_name: str | None = setting(
         None,
         "The `model` name clients send and /v1/models lists. Unset: the model directory's "
-        "name (all-MiniLM-L6-v2 for the packaged model).",
+        "name, its parent's for a folder named `model` (all-MiniLM-L6-v2 for the packaged "
+        "model), as in the server's Info.",
     )
     chunk_tokens: int = setting(
         2048,
