@@ -1,0 +1,28 @@
+"""The GPU serving benchmark's harness, end to end on CPU (`--smoke`): real server and gateway
+processes, the correctness gate, all four charts, the JSON and the table. Numbers meaningless;
+this keeps the harness runnable for the runs on the GPU."""
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import hedgerow_command
+
+pytestmark = pytest.mark.slow
+
+
+def test_serving_benchmark_smoke_runs_every_chart(tmp_path, subprocess_env):
+    done = subprocess.run(
+        hedgerow_command("bench", "serving-gpu", "--smoke", "--requests", "5", "--seconds", "2",
+                         "--out", str(tmp_path)),
+        env=subprocess_env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "serving.json").read_text())
+    gate = next(row for row in rows if row["chart"] == "gate")
+    assert gate["min_cosine"] >= 0.999
+    charts = {row["chart"] for row in rows}
+    assert charts == {"gate", "chart1", "chart2", "chart3", "chart4"}
+    assert all(row["p50"] > 0 for row in rows if "p50" in row)
+    assert all(row["emb_s"] > 0 for row in rows if "emb_s" in row)
+    assert "| model | chart | x | ours p50 |" in done.stdout
