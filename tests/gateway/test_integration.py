@@ -3,6 +3,9 @@
 """
 
 import base64
+import contextlib
+import os
+import re
 import signal
 import subprocess
 import threading
@@ -210,28 +213,35 @@ def test_killing_a_server_under_load_loses_no_request(tmp_path):
     assert gateway_status == 0
 
 
-def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path, subprocess_env):
+@contextlib.contextmanager
+def running_serve(tmp_path, env):
+    """`hedgerow serve` on a free port, once it printed ready: yields (process, port, log
+    path); killed on the way out if the test left it running."""
     port = conftest.free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)), env=subprocess_env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + conftest.START_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            log.flush()
-            if "hedgerow serve: ready" in (tmp_path / "serve.log").read_text():
-                break
-            time.sleep(0.2)
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)), env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + conftest.START_TIMEOUT_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                if "hedgerow serve: ready" in log_path.read_text():
+                    break
+                time.sleep(0.2)
+            yield proc, port, log_path
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path, subprocess_env):
+    with running_serve(tmp_path, subprocess_env) as (proc, port, log_path):
+        url = f"http://127.0.0.1:{port}"
         body = embed(url, ["served by hedgerow serve"])
         assert len(body["data"][0]["embedding"]) == 384
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
-    text = (tmp_path / "serve.log").read_text()
+    text = log_path.read_text()
     assert "hedgerow serve: stopped" in text
     assert "stopping the gateway" in text and "stopping the server" in text
     with pytest.raises(httpx.HTTPError):
@@ -240,26 +250,10 @@ def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path, subprocess_
 
 def test_hedgerow_serve_exits_non_zero_and_stops_the_gateway_when_the_server_dies(
         tmp_path, subprocess_env):
-    import os
-    import re
-
-    port = conftest.free_port()
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)),
-                                env=subprocess_env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + conftest.START_TIMEOUT_S
-            while time.monotonic() < deadline and proc.poll() is None:
-                if "hedgerow serve: ready" in log_path.read_text():
-                    break
-                time.sleep(0.2)
-            server_pid = int(re.search(r"the server \(pid (\d+)\)", log_path.read_text())[1])
-            os.kill(server_pid, signal.SIGKILL)
-            assert proc.wait(60) == 1
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with running_serve(tmp_path, subprocess_env) as (proc, port, log_path):
+        server_pid = int(re.search(r"the server \(pid (\d+)\)", log_path.read_text())[1])
+        os.kill(server_pid, signal.SIGKILL)
+        assert proc.wait(60) == 1
     text = log_path.read_text()
     assert "the server exited unexpectedly" in text and "stopping the gateway" in text
     with pytest.raises(httpx.HTTPError):
@@ -267,27 +261,11 @@ def test_hedgerow_serve_exits_non_zero_and_stops_the_gateway_when_the_server_die
 
 
 def test_killing_hedgerow_serve_outright_stops_its_children(tmp_path, subprocess_env):
-    import os
-    import re
-
-    port = conftest.free_port()
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)),
-                                env=subprocess_env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + conftest.START_TIMEOUT_S
-            while time.monotonic() < deadline and proc.poll() is None:
-                if "hedgerow serve: ready" in log_path.read_text():
-                    break
-                time.sleep(0.2)
-            children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", log_path.read_text())]
-            assert len(children) == 2, log_path.read_text()
-            proc.kill()  # SIGKILL: serve gets no chance to stop them
-            proc.wait(60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with running_serve(tmp_path, subprocess_env) as (proc, _, log_path):
+        children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", log_path.read_text())]
+        assert len(children) == 2, log_path.read_text()
+        proc.kill()  # SIGKILL: serve gets no chance to stop them
+        proc.wait(60)
 
     def alive(pid):
         try:
