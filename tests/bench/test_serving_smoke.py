@@ -1,5 +1,5 @@
 """The GPU serving benchmark's harness, end to end on CPU (`--smoke`): real server and gateway
-processes, the correctness gate, all four charts, the JSON and the table. Numbers meaningless;
+processes, the correctness gate, all four charts, the JSON, the plots and the table. Numbers meaningless;
 this keeps the harness runnable for the runs on the GPU."""
 
 import json
@@ -26,3 +26,5 @@ def test_serving_benchmark_smoke_runs_every_chart(tmp_path, subprocess_env):
     assert all(row["p50"] > 0 for row in rows if "p50" in row)
     assert all(row["emb_s"] > 0 for row in rows if "emb_s" in row)
     assert "| model | chart | x | ours p50 |" in done.stdout
+    for chart in ("chart1", "chart2", "chart3", "chart4"):
+        assert (tmp_path / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
