@@ -101,6 +101,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         dns_interval=settings.dns_interval, health_interval=settings.health_interval,
         on_info=lambda replica, info: service.adopt_info(info),
         on_status=lambda replica: metrics.ready_replicas.set(len(replicas.ready())),
+        on_removed=metrics.forget_replica,
     )
     router = Router(replicas, metrics)
     service = EmbeddingService(settings, card, tokenizer, router, metrics)

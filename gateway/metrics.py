@@ -42,5 +42,11 @@ class GatewayMetrics:
         self.ready_replicas = Gauge(
             "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r)
 
+    def forget_replica(self, address: str) -> None:
+        """Drop a departed replica's series: pod addresses churn, and each one's series would
+        otherwise be exported (the in-flight gauge frozen at its last value) forever."""
+        for metric in (self.in_flight_tokens, self.chunks):
+            metric.remove_by_labels({"replica": address})
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

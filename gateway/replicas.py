@@ -152,12 +152,14 @@ class ReplicaSet:
         health_interval: float = 1.0,
         on_info: InfoCallback,
         on_status: StatusCallback = lambda replica: None,
+        on_removed: Callable[[str], None] = lambda address: None,
     ) -> None:
         self._static = tuple(servers)
         self._dns = parse_address(service_dns, "--service-dns") if service_dns else None
         self._dns_interval = dns_interval
         self._health_interval = health_interval
         self._on_info, self._on_status = on_info, on_status
+        self._on_removed = on_removed  # called with the address once its channel closed
         self.replicas: dict[str, Replica] = {}
         self._resolver: asyncio.Task | None = None
         self._closing: set[asyncio.Task] = set()
@@ -183,10 +185,12 @@ class ReplicaSet:
         for address in sorted(self.replicas.keys() - wanted):
             log.info("%s", fields(event="replica.removed", replica=address))
             replica = self.replicas.pop(address)
+            self._on_status(replica)  # the ready set changed
             # Let chunks already on their way finish before the channel closes.
             task = asyncio.create_task(replica.close(grace=30.0), name=f"close {address}")
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+            task.add_done_callback(lambda _, address=address: self._on_removed(address))
 
     async def _resolve_once(self) -> None:
         assert self._dns is not None

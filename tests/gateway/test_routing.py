@@ -141,10 +141,19 @@ def test_dns_changes_add_and_remove_replicas():
 
     from hedgerow.gateway.replicas import ReplicaSet
 
+    from hedgerow.gateway.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics()
+
     async def scenario():
-        replicas = ReplicaSet(servers=(), service_dns="localhost:1", on_info=lambda r, i: None)
+        replicas = ReplicaSet(servers=(), service_dns="localhost:1", on_info=lambda r, i: None,
+                              on_removed=metrics.forget_replica)
         replicas._update({"10.0.0.1:50051", "10.0.0.2:50051"})
         first = set(replicas.replicas)
+        for address in first:
+            metrics.in_flight_tokens.labels(address).set(7)
+            metrics.chunks.labels(address, "OK").inc()
+            metrics.chunks.labels(address, "UNAVAILABLE").inc()
         replicas._update({"10.0.0.2:50051", "10.0.0.3:50051"})
         second = set(replicas.replicas)
         await replicas.close()
@@ -153,6 +162,10 @@ def test_dns_changes_add_and_remove_replicas():
     first, second = asyncio.run(scenario())
     assert first == {"10.0.0.1:50051", "10.0.0.2:50051"}
     assert second == {"10.0.0.2:50051", "10.0.0.3:50051"}
+    # The departed replica's series are gone; the staying one's are kept.
+    exported = metrics.render().decode()
+    assert 'replica="10.0.0.1:50051"' not in exported
+    assert 'hedgerow_replica_in_flight_tokens{replica="10.0.0.2:50051"} 7.0' in exported
 
 
 def test_server_templates_apply_to_input_type(standins, gateway_factory):
