@@ -5,7 +5,7 @@ GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator'
 tracking), gRPC readiness and startup probes on 50051, a preStop pause that lets gateways drop
 the pod from DNS before SIGTERM starts the drain, and a non-root, read-only container. When an
 HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
-takes it back from the HPA.
+takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when that starts).
 """
 
 import math

@@ -95,6 +95,8 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
     try:
+        if service.autoscaled:
+            await hand_replicas_to_hpa(ctx.kube, service)
         for manifest in build_all(service):
             await ctx.kube.apply(manifest)
         for child in unwanted(service):
@@ -123,6 +125,33 @@ async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
 def _model_label(body: Mapping[str, Any]) -> str:
     model = ((body.get("spec") or {}).get("model") or {})
     return str(model.get("huggingFaceId") or model.get("path") or "")
+
+
+def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:
+    return any(entry.get("manager") == manager and entry.get("operation") == "Apply"
+               and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+               for entry in (deployment.get("metadata") or {}).get("managedFields") or ())
+
+
+async def hand_replicas_to_hpa(kube: KubeClient, service: Service) -> None:
+    """Before the first apply without `replicas`, keep the live count.
+
+    Under server-side apply, a field dropped from the only manager's apply is reset to its
+    default: turning autoscaling on for a running fleet would scale it to 1 replica (warm GPU
+    servers killed) until the HPA scales it back up from cold. So while the operator still
+    owns `replicas`, a second manager applies the live value first; it then stays owned by
+    that manager until the HPA changes it (Kubernetes' documented ownership handover)."""
+    live = await kube.get("apps/v1", "Deployment", service.namespace,
+                          names.server_name(service))
+    if live is None or not _owns_replicas(live, names.FIELD_MANAGER):
+        return
+    replicas = (live.get("spec") or {}).get("replicas")
+    if replicas is None:
+        return
+    await kube.apply({"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": names.server_name(service),
+                                   "namespace": service.namespace},
+                      "spec": {"replicas": replicas}}, field_manager=names.HANDOVER_MANAGER)
 
 
 async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch: kopf.Patch,

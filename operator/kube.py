@@ -141,15 +141,16 @@ class KubeClient:
         return [item for item in found.get("items", [])
                 if labels.items() <= ((item.get("metadata") or {}).get("labels") or {}).items()]
 
-    async def apply(self, manifest: Mapping[str, Any]) -> dict:
-        """Server-side apply as `hedgerow-operator`, taking conflicting fields (force).
+    async def apply(self, manifest: Mapping[str, Any],
+                    field_manager: str = FIELD_MANAGER) -> dict:
+        """Server-side apply as `field_manager`, taking conflicting fields (force).
 
         Where the API answers 404 for a missing object (an API server without apply-create),
         the object is created instead; the next apply then takes ownership of its fields."""
         meta = manifest["metadata"]
         path = object_path(manifest["apiVersion"], manifest["kind"], meta["namespace"],
                            meta["name"])
-        params = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        params = {"fieldManager": field_manager, "force": "true"}
         try:
             return await self._call("PATCH", path, body=manifest, content_type=APPLY,
                                     params=params)
@@ -159,7 +160,7 @@ class KubeClient:
         collection = collection_path(manifest["apiVersion"], manifest["kind"], meta["namespace"])
         try:
             return await self._call("POST", collection, body=manifest,
-                                    params={"fieldManager": FIELD_MANAGER})
+                                    params={"fieldManager": field_manager})
         except ApiError as error:
             if error.status != 409:
                 raise

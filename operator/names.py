@@ -10,6 +10,8 @@ from hedgerow.operator import crd
 from hedgerow.operator.spec import Service
 
 FIELD_MANAGER = "hedgerow-operator"
+# Holds the server Deployment's replicas while autoscaling takes them over (handlers.py).
+HANDOVER_MANAGER = "hedgerow-handover-to-hpa"
 GATE_CONDITION = "hedgerow.dev/graphs-warm"
 CONFIG_HASH_ANNOTATION = "hedgerow.dev/config-hash"
 
