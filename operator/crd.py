@@ -9,6 +9,7 @@ stale. It knows nothing about how a spec becomes Deployments (see build_*.py).
 """
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -49,6 +50,21 @@ def _tolerations(component: str) -> dict:
                                          minimum=0),
         },
         "A pod toleration (the core/v1 Toleration fields).",
+        rules=(
+            Rule("(has(self.key) && self.key != '') || self.operator == 'Exists'",
+                 "a toleration without a key must use operator Exists",
+                 lambda t: bool(t.get("key")) or t.get("operator") == "Exists",
+                 reason="InvalidToleration"),
+            Rule("self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                 "a toleration with operator Exists takes no value",
+                 lambda t: t.get("operator") != "Exists" or not t.get("value"),
+                 reason="InvalidToleration"),
+            Rule("!has(self.tolerationSeconds) || (has(self.effect) && "
+                 "self.effect == 'NoExecute')",
+                 "tolerationSeconds applies only with effect NoExecute",
+                 lambda t: "tolerationSeconds" not in t or t.get("effect") == "NoExecute",
+                 reason="InvalidToleration"),
+        ),
     )
     return array(item, f"Tolerations of the {component} pods (e.g. for GPU node taints).",
                  max_items=32)
@@ -134,6 +150,23 @@ GRAPHS = obj(
     ),
 )
 
+# Paths the builders mount in every pod (build_common, build_server, build_gateway): the model
+# volume must not land on one of them.
+RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys")
+# An extended resource name (domain/name), so never cpu, memory or a bare word.
+EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _escapes(key: str, volume: dict) -> bool:
+    path = volume.get(key)
+    return path is not None and (path.startswith("/") or ".." in path.split("/"))
+
+
 MODEL = obj(
     {
         "path": string("Model directory inside the containers (config.json, safetensors, "
@@ -169,6 +202,17 @@ MODEL = obj(
              "give at most one of model.persistentVolumeClaim and model.hostPath",
              lambda m: not ("persistentVolumeClaim" in m and "hostPath" in m),
              reason="InvalidModelSource"),
+        Rule("!(self.mountPath in " + _cel_list(RESERVED_MOUNT_PATHS) + ")",
+             "model.mountPath must not be one of the paths the pods mount already: "
+             + ", ".join(RESERVED_MOUNT_PATHS),
+             lambda m: m["mountPath"] not in RESERVED_MOUNT_PATHS,
+             reason="InvalidModelPath"),
+        Rule("!has(self.persistentVolumeClaim) || !has(self.persistentVolumeClaim.subPath) || "
+             "!(self.persistentVolumeClaim.subPath.startsWith('/') || "
+             "self.persistentVolumeClaim.subPath.matches('(^|/)[.][.](/|$)'))",
+             "model.persistentVolumeClaim.subPath must be a relative path without '..'",
+             lambda m: not _escapes("subPath", m.get("persistentVolumeClaim") or {}),
+             reason="InvalidModelPath"),
         Rule("!(has(self.persistentVolumeClaim) || has(self.hostPath)) || "
              "self.path == self.mountPath || self.path.startsWith(self.mountPath + '/')",
              "model.path must lie under model.mountPath when the model comes from a volume",
@@ -186,9 +230,10 @@ SERVER = obj(
                                   default="IfNotPresent"),
         "replicas": integer("Server replicas when autoscaling is off (one GPU each).",
                             default=1, minimum=0, maximum=1000),
-        "gpus": integer("GPUs per server pod; 0 runs on CPU.", default=1, minimum=0,
-                        maximum=16),
-        "gpuResource": string("Extended resource name of a GPU.", default="nvidia.com/gpu",
+        "gpus": integer("GPUs per server pod: 1, or 0 to run on CPU (a server drives one "
+                        "GPU; scale with replicas).", default=1, minimum=0, maximum=1),
+        "gpuResource": string("Extended resource name of a GPU (domain/name).",
+                              default="nvidia.com/gpu", pattern=EXTENDED_RESOURCE,
                               max_length=253),
         "cpu": quantity("CPU request of a server pod.", default="4"),
         "memory": quantity("Memory request and limit of a server pod.", default="32Gi"),
@@ -208,7 +253,8 @@ SERVER = obj(
                                    default="auto"),
         "compile": boolean("torch.compile the forward pass before graph capture (tens of "
                            "seconds at start).", default=False),
-        "nodeSelector": string_map("Node labels a server pod must match."),
+        "nodeSelector": string_map("Node labels a server pod must match.",
+                                   max_value_length=63),
         "tolerations": _tolerations("server"),
         "priorityClassName": string("PriorityClass of the server pods.", max_length=253),
         "maxUnavailable": integer("PodDisruptionBudget: server pods that may be evicted at "
@@ -269,7 +315,8 @@ GATEWAY = obj(
         "serviceType": string("Type of the gateway Service.",
                               enum=("ClusterIP", "NodePort", "LoadBalancer"),
                               default="ClusterIP"),
-        "nodeSelector": string_map("Node labels a gateway pod must match."),
+        "nodeSelector": string_map("Node labels a gateway pod must match.",
+                                   max_value_length=63),
         "tolerations": _tolerations("gateway"),
     },
     "The HTTP gateways: tokenize, chunk, route to servers, merge.",
@@ -382,9 +429,11 @@ ROOT = obj(
              "suffixes and Service names are DNS labels)",
              lambda body: len(body.get("metadata", {}).get("name", "")) <= MAX_NAME_LENGTH,
              reason="NameTooLong"),
-        Rule("self.metadata.name.matches('^[a-z]')",
-             "metadata.name must start with a letter (it names Services)",
-             lambda body: body.get("metadata", {}).get("name", "a")[:1].isalpha(),
+        Rule(f"self.metadata.name.matches('{DNS_LABEL}')",
+             "metadata.name must be a DNS label: lowercase letters, digits and '-', starting "
+             "with a letter and ending with a letter or digit (it names Services)",
+             lambda body: re.fullmatch(DNS_LABEL, body.get("metadata", {}).get("name", "a"))
+             is not None,
              reason="InvalidName"),
     ),
 )

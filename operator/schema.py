@@ -61,11 +61,12 @@ def boolean(description: str, *, default: bool | None = None) -> Node:
 
 
 def quantity(description: str, *, default: str | None = None) -> Node:
-    """A Kubernetes resource quantity ("4", "500m", "32Gi")."""
+    """A non-negative Kubernetes resource quantity ("4", "500m", "32Gi")."""
     node: Node = {
         "description": description,
         "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+        "minimum": 0,  # numbers only; the pattern below refuses a negative string
+        "pattern": r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
         "x-kubernetes-int-or-string": True,
     }
@@ -74,9 +75,10 @@ def quantity(description: str, *, default: str | None = None) -> Node:
     return node
 
 
-def string_map(description: str, *, max_properties: int = 64) -> Node:
+def string_map(description: str, *, max_properties: int = 64,
+               max_value_length: int = 4096) -> Node:
     return {"type": "object", "description": description,
-            "additionalProperties": {"type": "string", "maxLength": 4096},
+            "additionalProperties": {"type": "string", "maxLength": max_value_length},
             "maxProperties": max_properties}
 
 

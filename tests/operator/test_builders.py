@@ -39,7 +39,7 @@ SPECS = {
         s["model"].pop("persistentVolumeClaim"),
         s["model"].update(hostPath={"path": "/srv/models"}, servedName="bge"),
         s["server"].update(
-            gpus=2, gpuResource="amd.com/gpu", cpu="8", memory="64Gi", replicas=3,
+            gpus=1, gpuResource="amd.com/gpu", cpu="8", memory="64Gi", replicas=3,
             graphs={"maxTokens": 2048, "maxSeqs": 16, "seqBuckets": [1, 4, 16],
                     "hotSet": [{"sequences": 4, "tokens": 512}]},
             attentionBackend="varlen", compile=True,
@@ -147,7 +147,7 @@ def test_full_spec_reaches_pods_and_config():
     assert server_pod["tolerations"][0] == {"key": "gpu", "operator": "Exists",
                                             "effect": "NoSchedule"}
     assert server_pod["priorityClassName"] == "inference"
-    assert server_pod["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "2"
+    assert server_pod["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "1"
     model = next(v for v in server_pod["volumes"] if v["name"] == "model")
     assert model["hostPath"] == {"path": "/srv/models", "type": "Directory"}
     server_env = children[("ConfigMap", "emb-server")]["data"]

@@ -52,6 +52,21 @@ MUTATIONS = [
                b["spec"]["model"].update(path="/anywhere")),
     lambda b: b["metadata"].update(name="x" * 41),
     lambda b: b["metadata"].update(name="9lives"),
+    lambda b: b["metadata"].update(name="my.emb"),
+    lambda b: b["metadata"].update(name="emb-"),
+    lambda b: b["metadata"].update(name="a-1"),
+    lambda b: b["spec"]["server"].update(tolerations=[{"effect": "NoSchedule"}]),
+    lambda b: b["spec"]["server"].update(tolerations=[{"operator": "Exists"}]),
+    lambda b: b["spec"]["server"].update(tolerations=[{"operator": "Exists", "value": "v"}]),
+    lambda b: b["spec"]["gateway"].update(tolerations=[
+        {"key": "k", "value": "v", "effect": "NoSchedule", "tolerationSeconds": 5}]),
+    lambda b: b["spec"]["gateway"].update(tolerations=[
+        {"key": "k", "effect": "NoExecute", "tolerationSeconds": 5}]),
+    lambda b: b["spec"]["model"].update(mountPath="/tmp", path="/tmp/m"),
+    lambda b: b["spec"]["model"].update(mountPath="/dev/shm", path="/dev/shm/m"),
+    lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="/abs"),
+    lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="a/../b"),
+    lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="models/..x"),
 ]
 
 
