@@ -29,10 +29,9 @@ from hedgerow.server.http import start_http
 from hedgerow.server.loop import EmbedLoop
 from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.scheduler import Scheduler
-from hedgerow.server.service import SERVICE_NAME, EmbedderService
+from hedgerow.server.service import SERVICE_NAME, EmbedderService, add_to_server
 from hedgerow.server.settings import ServerSettings
 from hedgerow.server.state import ServerState, engine_warmup_report, is_warm
-from hedgerow.wire import embed_pb2_grpc
 
 log = logging.getLogger("hedgerow.server")
 
@@ -41,12 +40,24 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
+RESPONSE_WRITE_SECONDS = 0.2
+
+
+class StoppedWhileLoading(Exception):
+    """Stop was asked for before the model finished loading. The load cannot be interrupted
+    on its thread and nothing was served: the process should exit without waiting for it."""
+
+
 def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
-    """Message size limits that fit the largest legal request; responses are unbounded."""
+    """Message size limits that fit the largest legal request (responses unbounded); no
+    port sharing."""
     request_bytes = 8 * settings.max_request_tokens + 64 * 1024
     return [
         ("grpc.max_receive_message_length", request_bytes),
         ("grpc.max_send_message_length", -1),
+        # grpc shares ports by default: a second server on a taken port would start and
+        # split the traffic instead of failing.
+        ("grpc.so_reuseport", 0),
     ]
 
 
@@ -86,7 +97,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     for name in HEALTH_SERVICES:
         await health.set(name, _NOT_SERVING)
     server = grpc.aio.server(options=grpc_options(settings))
-    embed_pb2_grpc.add_EmbedderServicer_to_server(EmbedderService(state), server)
+    add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     address = f"{settings.host}:{settings.port}"
     try:
@@ -110,9 +121,11 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
         except HedgerowError:
             await server.stop(None)  # a listener left to the collector logs a traceback
             raise
-        if loaded:
-            await _set_serving(state, health)
-            await stop.wait()
+        if not loaded:
+            await server.stop(None)
+            raise StoppedWhileLoading()
+        await _set_serving(state, health)
+        await stop.wait()
         return await _shutdown(state, health, server)
     finally:
         http.close()
@@ -128,7 +141,6 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
     if not loading.done():
-        log.info("%s", fields(event="server.stopped_while_loading"))
         return False
     try:
         engine = loading.result()
@@ -181,8 +193,10 @@ async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio
     drained = True
     if loop is not None:
         drained = await loop.drain(settings.shutdown_grace)
-    # Handlers whose futures are complete still have to write their responses.
-    left = max(settings.shutdown_grace - (time.monotonic() - began), 1.0)
+    # Handlers whose futures are complete still have to write their responses: at least a
+    # moment for that when the drain finished, else only what is left of the grace.
+    left = max(settings.shutdown_grace - (time.monotonic() - began),
+               RESPONSE_WRITE_SECONDS if drained else 0.0)
     await server.stop(left)
     if loop is not None:
         await loop.close()

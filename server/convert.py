@@ -71,7 +71,7 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Ra
         first, last, longest = cu[0], cu[-1], max(lengths)
         short = next((i for i, n in enumerate(lengths) if n <= 0), None)
     else:
-        diffs = np.diff(cu_seqlens)
+        diffs = np.diff(cu_seqlens.astype(np.int64))  # int32 differences could wrap around
         lengths = diffs.tolist()
         first, last, longest = int(cu_seqlens[0]), int(cu_seqlens[-1]), int(diffs.max())
         short = int((diffs <= 0).argmax()) if bool((diffs <= 0).any()) else None

@@ -41,8 +41,10 @@ async def start_http(state: ServerState, host: str, port: int) -> asyncio.Server
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             status, content_type, body, head_only = await _respond(reader, table)
+            allow = "Allow: GET, HEAD\r\n" if status == 405 else ""
             head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+                    f"Content-Length: {len(body)}\r\n{allow}Connection: close\r\n\r\n"
+                    ).encode()
             writer.write(head if head_only else head + body)
             await writer.drain()
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError) as error:
@@ -58,10 +60,10 @@ async def _respond(reader: asyncio.StreamReader, table: dict[str, Route]
                    ) -> tuple[int, str, bytes, bool]:
     """Read one request head and pick the response: (status, content type, body, HEAD?)."""
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
-    except asyncio.LimitOverrunError:
+        request_line = await asyncio.wait_for(_read_head(reader), _READ_TIMEOUT_S)
+    except ValueError:  # a line or the whole head past _MAX_HEAD
         return 400, "text/plain", b"request head too large\n", False
-    parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+    parts = request_line.decode("latin-1").split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return 400, "text/plain", b"malformed request line\n", False
     method, target = parts[0], parts[1]
@@ -73,3 +75,20 @@ async def _respond(reader: asyncio.StreamReader, table: dict[str, Route]
         return 405, "text/plain", b"only GET and HEAD are supported\n", False
     content_type, body = table[path]()
     return 200, content_type, body, method == "HEAD"
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    """The request line, after reading the head up to its blank line (CRLF or bare LF line
+    ends, as RFC 9112 lets a server accept). Raises ValueError past _MAX_HEAD."""
+    first, size = None, 0
+    while True:
+        line = await reader.readline()
+        if not line.endswith(b"\n"):
+            raise asyncio.IncompleteReadError(line, None)
+        size += len(line)
+        if size > _MAX_HEAD:
+            raise ValueError("request head too large")
+        if line in (b"\r\n", b"\n"):
+            return first or b""
+        if first is None:
+            first = line.rstrip(b"\r\n")

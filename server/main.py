@@ -7,6 +7,7 @@ logging, and runs the asyncio server on uvloop when it is installed. Knows nothi
 
 import argparse
 import asyncio
+import os
 import logging
 
 from hedgerow import logs, settings
@@ -31,10 +32,17 @@ def run(args: argparse.Namespace) -> int:
     log.info("%s", logs.fields(event="server.settings", **settings.describe(config)))
     if config.device != "cpu":
         log.info("%s", logs.fields(event="server.gpu_settings", **settings.describe(gpu)))
-    from hedgerow.server.app import serve
+    from hedgerow.server.app import StoppedWhileLoading, serve
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(serve(config, gpu_settings=gpu))
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(serve(config, gpu_settings=gpu))
+    except StoppedWhileLoading:
+        # Python would wait for the load's thread at exit (minutes with a large model and its
+        # graph capture) after the server already said it stopped.
+        log.info("%s", logs.fields(event="server.stopped", while_loading=True))
+        logging.shutdown()
+        os._exit(0)
 
 
 def _loop_factory():

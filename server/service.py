@@ -15,6 +15,7 @@ import time
 
 import grpc
 import torch
+from google.protobuf.message import DecodeError
 
 from hedgerow import __version__
 from hedgerow.errors import (
@@ -48,6 +49,45 @@ _CODES: list[tuple[type, grpc.StatusCode, str]] = [
 ]
 
 
+class UndecodableRequest:
+    """Stands in for request bytes that are not a valid message: grpc's own decoding would
+    answer UNKNOWN, name a Python class and log a traceback for every such call."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _tolerant_decoder(message_class):
+    def decode(raw: bytes):
+        try:
+            return message_class.FromString(raw)
+        except DecodeError as error:
+            return UndecodableRequest(
+                f"the request is not a valid {message_class.DESCRIPTOR.full_name}: {error}")
+    return decode
+
+
+def add_to_server(servicer: "EmbedderService", server: grpc.aio.Server) -> None:
+    """Register `servicer` as the generated add_EmbedderServicer_to_server does, but with
+    decoders that hand malformed bytes to the servicer (answered INVALID_ARGUMENT)."""
+    handlers = {}
+    for method in embed_pb2.DESCRIPTOR.services_by_name["Embedder"].methods:
+        request = getattr(embed_pb2, method.input_type.name)
+        response = getattr(embed_pb2, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name), request_deserializer=_tolerant_decoder(request),
+            response_serializer=response.SerializeToString)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def _decoded(request):
+    if isinstance(request, UndecodableRequest):
+        raise InvalidInputError(request.message)
+    return request
+
+
 class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     def __init__(self, state: ServerState) -> None:
         self._state = state
@@ -65,7 +105,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         metrics = self._state.metrics
         start = time.monotonic()
         try:
-            response = await handler(request, context, start)
+            response = await handler(_decoded(request), context, start)
         except HedgerowError as error:
             await self._abort(context, error)
         except asyncio.CancelledError:
@@ -114,6 +154,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     async def Info(self, request: embed_pb2.InfoRequest, context: grpc.aio.ServicerContext
                    ) -> embed_pb2.InfoResponse:
         try:
+            _decoded(request)
             engine, _ = self._ready()
         except HedgerowError as error:
             await self._abort(context, error, count=False)

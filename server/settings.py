@@ -85,8 +85,9 @@ class ServerSettings:
     )
     shutdown_grace: float = setting(
         30.0,
-        "On SIGTERM, how long to keep finishing admitted work before exiting anyway. Keep it "
-        "below the pod's terminationGracePeriodSeconds.",
+        "On SIGTERM, how long to keep finishing admitted work before exiting anyway (the "
+        "engine step under way still completes). Keep it below the pod's "
+        "terminationGracePeriodSeconds.",
         unit="seconds", minimum=0,
     )
     log_level: str = setting(

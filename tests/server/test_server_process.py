@@ -261,3 +261,35 @@ def test_metrics_and_warmup_are_served_over_http(server, stub):
         server.http_get("/nothing-here")
     assert missing.value.code == 404
     assert json.loads(server.http_get("/warmup?verbose=1"))["loaded"] is True
+
+
+@pytest.mark.parametrize("method", ["Embed", "Score", "Info"])
+def test_bytes_that_are_no_message_get_invalid_argument_and_no_traceback(server, method):
+    with grpc.insecure_channel(server.address) as channel:
+        call = channel.unary_unary(f"/hedgerow.v1.Embedder/{method}",
+                                   request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"\x0a\xff\xff\xff\xff\x0f", timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "the request is not a valid hedgerow.v1." in caught.value.details()
+    assert "<class" not in caught.value.details()
+    # The live log: no traceback from grpc's own decoding.
+    assert "Traceback" not in server.log_path.read_text()
+
+
+@pytest.mark.parametrize("request_bytes, status, header", [
+    (b"GET /warmup HTTP/1.1\nHost: x\n\n", b"200", None),       # bare LF line ends
+    (b"POST /warmup HTTP/1.1\r\nHost: x\r\n\r\n", b"405", b"Allow: GET, HEAD"),
+    (b"BROKEN\r\n\r\n", b"400", None),
+])
+def test_the_http_side_answers_odd_requests(server, request_bytes, status, header):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as conn:
+        conn.sendall(request_bytes)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    assert answer.split(b" ", 2)[1] == status, answer[:200]
+    if header:
+        assert header in answer

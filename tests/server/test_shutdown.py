@@ -12,7 +12,7 @@ import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from hedgerow.server.app import load_engine, serve
+from hedgerow.server.app import StoppedWhileLoading, load_engine, serve
 from hedgerow.server.convert import decode_embeddings
 from hedgerow.server.settings import ServerSettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -121,6 +121,33 @@ def test_health_is_not_serving_until_the_model_is_loaded():
     assert code == 0
 
 
+def test_a_stop_while_the_model_loads_ends_serve_without_waiting_for_the_load():
+    # In-process, the loader held back: serve() must return control (StoppedWhileLoading, on
+    # which `hedgerow server` exits at once) while the load is still running on its thread.
+    release, finished = threading.Event(), threading.Event()
+
+    def held_loader(settings, gpu_settings):
+        release.wait(120)
+        finished.set()
+
+    settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
+                              cpu_threads=torch.get_num_threads())
+
+    async def main():
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(settings, stop=stop, loader=held_loader))
+        await asyncio.sleep(0.5)
+        stop.set()
+        with pytest.raises(StoppedWhileLoading):
+            await asyncio.wait_for(task, 30)
+        return finished.is_set()
+
+    try:
+        assert asyncio.run(main()) is False  # serve ended while the load was still going
+    finally:
+        release.set()
+
+
 def test_a_model_that_fails_to_load_exits_2_with_one_line(start_server, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     server = start_server("--model", str(tmp_path), wait=False)
@@ -139,4 +166,13 @@ def test_a_grpc_port_in_use_exits_2_with_one_line(start_server):
         assert server.proc.wait(60) == 2
     log = server.log_text()
     assert f"cannot listen for gRPC on 127.0.0.1:{port}" in log
+    assert "Traceback" not in log
+
+
+def test_a_second_server_on_a_taken_grpc_port_exits_2_instead_of_sharing_it(start_server):
+    first = start_server()
+    second = start_server("--port", str(first.port), wait=False)
+    assert second.proc.wait(60) == 2
+    log = second.log_text()
+    assert f"cannot listen for gRPC on 127.0.0.1:{first.port}" in log
     assert "Traceback" not in log
