@@ -120,6 +120,12 @@ class Engine:
         """
         if self._gpu is not None:
             return self._gpu.step(batch)
+        rows = batch.num_seqs
+        if batch.num_tokens == 1:
+            # A one-row matrix product runs as BLAS's matrix-vector kernel, whose summation
+            # order differs: the row would not be bit-identical to the same sequence in any
+            # other batch. Run it beside a copy of itself and keep the first row.
+            batch = RaggedBatch.from_sequences([batch.input_ids.tolist()] * 2)
         layout = token_layout(batch.cu_seqlens)
         device = self.device
         input_ids = batch.input_ids.to(device, non_blocking=True)
@@ -130,7 +136,7 @@ class Engine:
         with torch.inference_mode():
             hidden = self._model(input_ids, position_ids, cu_seqlens, batch.max_seqlen,
                                  self._attention)
-            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling)
+            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling)[:rows]
         if device.type == "cpu":
             return LazyTensor.completed(pooled)
         return LazyTensor.copy_from_device(pooled, torch.cuda.current_stream(device))

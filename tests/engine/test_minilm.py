@@ -74,6 +74,16 @@ def test_a_sequence_inside_a_batch_equals_it_alone(engine, sequences):
         torch.testing.assert_close(together[i], alone, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("length", [1, 2, 5])
+def test_a_short_sequence_alone_is_bit_identical_to_it_in_a_batch(engine, length):
+    # One token alone is a one-row matrix product, which BLAS sums in another order.
+    target = [101, 2000, 2001, 2002, 102][:length]
+    alone = engine.step(RaggedBatch.from_sequences([target])).synchronize()
+    together = engine.step(RaggedBatch.from_sequences([[1000], target, [7, 8]])).synchronize()
+    assert alone.shape == (1, 384)
+    assert torch.equal(alone[0], together[1])
+
+
 def test_step_returns_a_completed_lazy_tensor_on_cpu(engine, sequences):
     lazy = engine.step(RaggedBatch.from_sequences(sequences[:3]))
     assert lazy.ready()
