@@ -126,6 +126,20 @@ def test_values_schema_rejects_unknown_and_bad_values():
     assert bad.returncode != 0 and "colour" in bad.stderr
     bad = helm("template", "x", str(CHART), "--set", "operator.logLevel=loud")
     assert bad.returncode != 0 and "logLevel" in bad.stderr
+    # null removes a key in Helm: the schema requires what the templates read.
+    bad = helm("template", "x", str(CHART), "--set", "rbac=null")
+    assert bad.returncode != 0 and "missing property 'rbac'" in bad.stderr
+    bad = helm("template", "x", str(CHART), "--set", "operator.logLevel=null")
+    assert bad.returncode != 0 and "missing property 'logLevel'" in bad.stderr
+
+
+def test_example_values_are_quoted_into_the_resource():
+    done = helm("template", "x", str(CHART), "--set", "example.enabled=true",
+                "--set", "example.modelPath=/opt/my models #2: v1")
+    assert done.returncode == 0, done.stderr
+    example = next(doc for doc in yaml.safe_load_all(done.stdout)
+                   if doc and doc["kind"] == "EmbeddingService")
+    assert example["spec"]["model"]["path"] == "/opt/my models #2: v1"
 
 
 def test_every_values_key_is_commented():
