@@ -66,13 +66,13 @@ class GatewaySettings:
         None,
         "Prefix for input_type=query; \"\" for none. Unset: the model's prompts "
         "(config_sentence_transformers.json) or the server's Info templates.",
-        empty_is_value=True,
+        literal=True,
     )
     document_template: str | None = setting(
         None,
         "Prefix for input_type=document; \"\" for none. Unset: the model's prompts or the "
         "server's Info.",
-        empty_is_value=True,
+        literal=True,
     )
     api_keys_file: Path | None = setting(
         None,

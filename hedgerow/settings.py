@@ -29,13 +29,13 @@ def setting(
     minimum: float | None = None,
     maximum: float | None = None,
     secret: bool = False,
-    empty_is_value: bool = False,
+    literal: bool = False,
 ) -> Any:
     """A dataclass field that is also a flag and an environment variable.
 
     `minimum`/`maximum` bound numbers (inclusive); `choices` bounds strings; `secret` keeps
     the value out of logs. An optional setting given as "" or "none" is None (unset), unless
-    `empty_is_value`: then "" is the empty string (a template switched off, say).
+    `literal`: then the string is the value as given ("" switches a template off, say).
     """
     meta = {
         "help": help,
@@ -44,7 +44,7 @@ def setting(
         "minimum": minimum,
         "maximum": maximum,
         "secret": secret,
-        "empty_is_value": empty_is_value,
+        "literal": literal,
     }
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
@@ -157,8 +157,8 @@ def load(
         if raw is None:
             continue
         if isinstance(raw, str):
-            if meta["empty_is_value"] and raw == "":
-                values[field.name] = ""
+            if meta["literal"] and kind is str:
+                values[field.name] = raw
                 continue
             if optional and raw.strip().lower() in ("", "none"):
                 values[field.name] = None

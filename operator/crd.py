@@ -175,7 +175,7 @@ MODEL = obj(
                                 "`kubectl get embsvc`); nothing is downloaded.",
                                 max_length=256),
         "servedName": string("The `model` name clients send. Default: the resource name.",
-                             max_length=256),
+                             pattern=r"^\S+$", max_length=256),
         "mountPath": string("Where the model volume is mounted when one is given.",
                             default="/models", pattern=r"^/", max_length=1024),
         "persistentVolumeClaim": obj(

@@ -19,7 +19,7 @@ class Sample:
     servers: tuple[str, ...] = setting(("a:1",), "Servers.")
     mode: str = setting("fast", "Mode.", choices=("fast", "slow"))
     grace: float = setting(30.0, "Grace.", unit="seconds", minimum=0)
-    prefix: str | None = setting(None, "Prefix.", empty_is_value=True)
+    prefix: str | None = setting(None, "Prefix.", literal=True)
 
 
 def parse(argv, environ=None):
@@ -46,13 +46,15 @@ def test_types_are_parsed():
     assert loaded.servers == ("x:1", "y:2")
 
 
-def test_empty_is_unset_unless_the_setting_says_it_is_a_value():
+def test_empty_is_unset_unless_the_setting_is_literal():
     assert parse([], {"HEDGEROW_MODEL": ""}).model is None
     assert parse(["--model", "none"]).model is None
     assert parse([], {"HEDGEROW_PREFIX": ""}).prefix == ""
     assert parse(["--prefix", ""]).prefix == ""
     assert parse([]).prefix is None
     assert parse([], {"HEDGEROW_PREFIX": "query: "}).prefix == "query: "
+    assert parse([], {"HEDGEROW_PREFIX": "none"}).prefix == "none"
+    assert parse([], {"HEDGEROW_PREFIX": "  "}).prefix == "  "
 
 
 @pytest.mark.parametrize(
