@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import signal
+import socket
 import time
 from typing import Any, Callable
 
@@ -100,6 +101,11 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     address = f"{settings.host}:{settings.port}"
+    try:  # grpc would only log a lookup failure and report a port it could not add
+        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ConfigError(f"--host {settings.host}: cannot resolve it ({error.strerror})"
+                          ) from None
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:  # grpcio raises where older releases returned 0

@@ -176,3 +176,11 @@ def test_a_second_server_on_a_taken_grpc_port_exits_2_instead_of_sharing_it(star
     log = second.log_text()
     assert f"cannot listen for gRPC on 127.0.0.1:{first.port}" in log
     assert "Traceback" not in log
+
+
+def test_a_host_that_does_not_resolve_exits_2_with_one_line(start_server):
+    server = start_server("--host", "999.1.1.1", wait=False)
+    assert server.proc.wait(60) == 2
+    log = server.log_text()
+    assert "hedgerow server: error: --host 999.1.1.1: cannot resolve it" in log
+    assert "Traceback" not in log and "add_port" not in log
