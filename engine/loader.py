@@ -9,10 +9,8 @@ Every failure is a ModelLoadError that says what is wrong and where. It knows no
 tokenizers (the tokenizer.json is the caller's business) or about batching.
 """
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -23,19 +21,10 @@ from hedgerow.engine.checkpoint import Checkpoint
 from hedgerow.engine.models.bert import BertConfig, BertModel
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
+from hedgerow.model_files import read_object, read_sentence_transformers, readable
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Directory names too generic to name a model; the parent names it instead.
-@dataclass(frozen=True)
-class SentenceTransformersSettings:
-    """What a sentence-transformers directory says about serving; None where it is silent."""
-
-    pooling: str | None = None
-    normalize: bool | None = None
-    max_seq_length: int | None = None
-    templates: dict[str, str] = field(default_factory=dict)
-
-
 @dataclass
 class LoadedModel:
     model: nn.Module  # BertModel or Qwen3Model, eval mode, on `device` in `dtype`
@@ -48,72 +37,6 @@ class LoadedModel:
     templates: dict[str, str]
     dtype: torch.dtype
     device: torch.device
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"cannot read {path}: {error}") from None
-
-
-def _read_object(path: Path) -> dict[str, Any]:
-    value = _read_json(path)
-    if not isinstance(value, dict):
-        raise ModelLoadError(f"{path} must hold a JSON object")
-    return value
-
-
-def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
-    """Parse the sentence-transformers files of `directory` (all optional)."""
-    pooling = normalize = max_seq_length = None
-    templates: dict[str, str] = {}
-    modules_path = directory / "modules.json"
-    if modules_path.is_file():
-        modules = _read_json(modules_path)
-        if not isinstance(modules, list):
-            raise ModelLoadError(f"{modules_path}: expected a list of modules")
-        types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
-        normalize = any(t.endswith(".Normalize") for t in types)
-        for module in modules:
-            if isinstance(module, dict) and str(module.get("type", "")).endswith(".Pooling"):
-                pool_config = directory / str(module.get("path", "1_Pooling")) / "config.json"
-                if pool_config.is_file():
-                    pooling = _pooling_mode(_read_object(pool_config), pool_config)
-    elif (directory / "1_Pooling" / "config.json").is_file():
-        pool_config = directory / "1_Pooling" / "config.json"
-        pooling = _pooling_mode(_read_object(pool_config), pool_config)
-    bert_config = directory / "sentence_bert_config.json"
-    if bert_config.is_file():
-        value = _read_object(bert_config).get("max_seq_length")
-        if value is not None:
-            if not isinstance(value, int) or value <= 0:
-                raise ModelLoadError(f"{bert_config}: max_seq_length must be a positive integer")
-            max_seq_length = value
-    st_config = directory / "config_sentence_transformers.json"
-    if st_config.is_file():
-        prompts = _read_object(st_config).get("prompts") or {}
-        if not isinstance(prompts, dict):
-            raise ModelLoadError(f"{st_config}: prompts must be an object")
-        templates = {str(k): str(v) for k, v in prompts.items()}
-    return SentenceTransformersSettings(pooling, normalize, max_seq_length, templates)
-
-
-POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
-                 "pooling_mode_lasttoken": "last"}
-
-
-def _pooling_mode(config: dict[str, Any], path: Path) -> str:
-    """The one pooling mode a sentence-transformers Pooling config turns on.
-
-    Several modes at once would make sentence-transformers concatenate them into a wider
-    vector, which we do not compute: that is refused rather than silently pooled one way.
-    """
-    modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
-    if len(modes) == 1 and modes[0] in POOLING_MODES:
-        return POOLING_MODES[modes[0]]
-    raise ModelLoadError(f"{path}: pooling {' + '.join(modes) or '(none)'} is not supported "
-                         f"(supported: exactly one of cls, mean, last token)")
 
 
 def _device(name: str | torch.device) -> torch.device:
@@ -139,6 +62,12 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask.
     """
     directory = Path(path).expanduser()
+    with readable(directory):
+        return _load_model(directory, device, dtype, causal)
+
+
+def _load_model(directory: Path, device: str | torch.device, dtype: str,
+                causal: bool | None) -> LoadedModel:
     if not directory.exists():
         raise ModelLoadError(f"model path {directory} does not exist")
     if not directory.is_dir():
@@ -149,7 +78,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
     torch_dtype, device = DTYPES[dtype], _device(device)
-    hf = _read_object(config_path)
+    hf = read_object(config_path)
     model_type = hf.get("model_type")
     if model_type not in convert.SUPPORTED:
         shown = model_type or ",".join(hf.get("architectures") or []) or "(no model_type)"

@@ -8,19 +8,17 @@ authoritative for what the server will accept. Knows nothing about HTTP or routi
 """
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from hedgerow.errors import ModelLoadError
+from hedgerow.model_files import read_object, read_sentence_transformers, readable
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway.model")
 
 INPUT_TYPES = ("query", "document")
-# config_sentence_transformers.json prompt names that mean "document" in published models.
-_DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,26 +31,11 @@ class ModelCard:
     max_request_tokens: int | None  # the server's per-request cap, from Info
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelLoadError(f"{path}: cannot read it as JSON ({error})") from None
-    return value if isinstance(value, dict) else {}
-
-
-def templates_from_prompts(prompts: dict[str, Any]) -> dict[str, str]:
-    """Map a sentence-transformers `prompts` dict onto the gateway's input types."""
-    out: dict[str, str] = {}
-    if isinstance(prompts.get("query"), str):
-        out["query"] = prompts["query"]
-    for name in _DOCUMENT_PROMPT_NAMES:
-        if isinstance(prompts.get(name), str):
-            out["document"] = prompts[name]
-            break
-    return out
+def _positive(config: dict[str, Any], key: str) -> int | None:
+    """config.json's `key` when it is a positive integer; None otherwise (the server's Info
+    supplies the value then)."""
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def load_card(
@@ -63,24 +46,25 @@ def load_card(
     document_template: str | None,
 ) -> ModelCard:
     """Read the model directory's facts; configured templates win over the model's prompts."""
-    if not (model_dir / "tokenizer.json").is_file():
-        raise ModelLoadError(f"{model_dir}: no tokenizer.json, which the gateway needs")
-    config = _read_json(model_dir / "config.json")
-    sbert = _read_json(model_dir / "sentence_bert_config.json")
-    st_config = _read_json(model_dir / "config_sentence_transformers.json")
-    max_tokens = sbert.get("max_seq_length") or config.get("max_position_embeddings") or 512
-    if config.get("model_type") in ("roberta", "xlm-roberta") and "max_seq_length" not in sbert:
+    with readable(model_dir):
+        if not (model_dir / "tokenizer.json").is_file():
+            raise ModelLoadError(f"{model_dir}: no tokenizer.json, which the gateway needs")
+        config_path = model_dir / "config.json"
+        config = read_object(config_path) if config_path.is_file() else {}
+        st = read_sentence_transformers(model_dir)
+    max_tokens = st.max_seq_length or _positive(config, "max_position_embeddings") or 512
+    if config.get("model_type") in ("roberta", "xlm-roberta") and st.max_seq_length is None:
         max_tokens -= 2  # RoBERTa positions start after the padding index
-    templates = templates_from_prompts(st_config.get("prompts") or {})
+    templates = dict(st.templates)
     if query_template is not None:
         templates["query"] = query_template
     if document_template is not None:
         templates["document"] = document_template
     return ModelCard(
         name=name,
-        dimensions=config.get("hidden_size"),
-        max_tokens=int(max_tokens),
-        vocab_size=config.get("vocab_size"),
+        dimensions=_positive(config, "hidden_size"),
+        max_tokens=max_tokens,
+        vocab_size=_positive(config, "vocab_size"),
         templates=templates,
         max_request_tokens=None,
     )
