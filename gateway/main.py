@@ -16,6 +16,7 @@ from typing import Iterator
 import uvicorn
 
 from hedgerow import logs, settings
+from hedgerow.addresses import host_port
 from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError
 from hedgerow.gateway.app import create_app
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     ))
-    host = f"[{config.host}]" if ":" in config.host else config.host  # IPv6 in a URL
-    log.info("%s", logs.fields(event="gateway.listening", url=f"http://{host}:{config.port}"))
+    log.info("%s", logs.fields(event="gateway.listening",
+                               url=f"http://{host_port(config.host, config.port)}"))
     server.run(sockets=[sock])
     return 0

@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from hedgerow.addresses import host_port
 from hedgerow.defaults import default_model_path
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.logs import fields
@@ -100,7 +101,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     server = grpc.aio.server(options=grpc_options(settings))
     add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    address = f"{settings.host}:{settings.port}"
+    address = host_port(settings.host, settings.port)
     try:  # grpc would only log a lookup failure and report a port it could not add
         socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
@@ -118,9 +119,10 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     except OSError as error:
         await server.stop(None)
         raise ConfigError(
-            f"cannot listen for HTTP on {settings.host}:{settings.http_port}: {error}") from None
+            f"cannot listen for HTTP on {host_port(settings.host, settings.http_port)}: {error}"
+        ) from None
     log.info("%s", fields(event="server.listening", grpc=address,
-                          http=f"{settings.host}:{settings.http_port}"))
+                          http=host_port(settings.host, settings.http_port)))
     try:
         try:
             loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))

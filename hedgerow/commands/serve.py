@@ -10,6 +10,8 @@ them in order; each stops by itself if this process is killed outright. Knows no
 
 import argparse
 import dataclasses
+import errno
+import http.client
 import logging
 import os
 import signal
@@ -26,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow import logs, settings
+from hedgerow.addresses import host_port
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.settings import setting
 
@@ -73,13 +76,20 @@ def say(message: str) -> None:
 
 
 def port_free(host: str, port: int) -> bool:
+    """Whether `host:port` can be bound now; a host this machine cannot listen on at all is a
+    ConfigError, not a busy port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as the gateway binds it
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return False
+        except socket.gaierror as error:
+            raise ConfigError(f"--host {host}: cannot resolve it ({error.strerror})") from None
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            raise ConfigError(f"cannot listen on {host_port(host, port)}: {error.strerror}"
+                              ) from None
     return True
 
 
@@ -172,7 +182,7 @@ def gateway_ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/readyz", timeout=1.0) as answer:
             return answer.status == 200
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, http.client.HTTPException):  # not (yet) our gateway
         return False
 
 
@@ -182,13 +192,16 @@ def run(args: argparse.Namespace) -> int:
     if not port_free(config.host, config.port):
         raise ConfigError(f"{config.host}:{config.port} is in use; stop what holds it or pass "
                           "--port")
+    asked = [port for port in (config.port, config.server_port, config.server_http_port) if port]
+    if len(set(asked)) < len(asked):
+        raise ConfigError(f"--port, --server-port and --server-http-port must differ; got "
+                          f"{config.port}, {config.server_port}, {config.server_http_port}")
     grpc_port = pick_port("127.0.0.1", config.server_port, DEFAULT_GRPC_PORT, {config.port})
     http_port = pick_port("127.0.0.1", config.server_http_port, DEFAULT_METRICS_PORT,
                           {config.port, grpc_port})
     model = ["--model", str(config.model)] if config.model else []
     server_address = f"127.0.0.1:{grpc_port}"
-    host = f"[{config.host}]" if ":" in config.host else config.host  # IPv6 in a URL
-    url = f"http://{host}:{config.port}"
+    url = f"http://{host_port(config.host, config.port)}"
 
     stack = Stack(config)
     previous = {signum: signal.signal(signum, lambda *_: stack.stopping.set())

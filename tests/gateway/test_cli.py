@@ -59,3 +59,11 @@ def test_the_gateway_never_loads_torch_or_the_engine(subprocess_env):
     done = subprocess.run([sys.executable, "-P", "-c", code], env=subprocess_env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_serve_names_a_bad_host_or_clashing_ports_instead_of_a_busy_port(subprocess_env):
+    done = run(["serve", "--host", "999.0.0.1"], subprocess_env)
+    assert done.returncode == 2 and "--host 999.0.0.1: cannot resolve it" in done.stderr
+    done = run(["serve", "--port", "47100", "--server-port", "47100"], subprocess_env)
+    assert done.returncode == 2 and "must differ" in done.stderr
+    assert "Traceback" not in done.stderr and "starting the server" not in done.stderr

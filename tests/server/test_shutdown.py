@@ -184,3 +184,15 @@ def test_a_host_that_does_not_resolve_exits_2_with_one_line(start_server):
     log = server.log_text()
     assert "hedgerow server: error: --host 999.1.1.1: cannot resolve it" in log
     assert "Traceback" not in log and "add_port" not in log
+
+
+def test_the_server_listens_on_an_ipv6_host(start_server):
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this machine")
+    server = start_server("--host", "::1", wait=False)
+    server.address = f"[::1]:{server.port}"
+    server.wait_serving()
+    assert f"grpc=[::1]:{server.port}" in server.log_path.read_text()
