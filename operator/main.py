@@ -10,12 +10,15 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import socket
 from typing import Any
 
 import kopf
+import yaml
 
 from hedgerow import logs
 from hedgerow import settings as settings_lib
+from hedgerow.errors import ConfigError
 from hedgerow.operator.names import OPERATOR_HEALTH_PORT
 from hedgerow.operator.registration import register
 
@@ -82,9 +85,41 @@ async def operate(config: OperatorSettings, *, stop_flag: Any = None,
     )
 
 
+def check_credentials() -> None:
+    """Log in once up front as kopf will: kopf retries a failed login forever, with a
+    traceback each time, which hides a missing or broken kubeconfig."""
+    settings = kopf.OperatorSettings()
+    try:
+        info = (kopf.login_with_service_account(settings=settings)
+                or kopf.login_with_kubeconfig(settings=settings))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError,
+            kopf.LoginError) as error:
+        raise ConfigError(f"cannot read the Kubernetes credentials (KUBECONFIG, ~/.kube/config "
+                          f"or the pod's service account): {type(error).__name__}: "
+                          f"{' '.join(str(error).split())}"
+                          ) from None
+    if info is None:
+        raise ConfigError("no Kubernetes credentials: run in a pod with a service account, or "
+                          "set KUBECONFIG (or write ~/.kube/config)")
+
+
+def check_health_port(port: int) -> None:
+    if not port:
+        return
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as error:
+            raise ConfigError(f"cannot listen for health checks on port {port}: "
+                              f"{error.strerror} (pass --health-port)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     config = settings_lib.load(OperatorSettings, args)
     logs.configure(config.log_level)
+    check_credentials()
+    check_health_port(config.health_port)
     log.info("%s", logs.fields(event="operator.start", **settings_lib.describe(config)))
     asyncio.run(operate(config))
     return 0

@@ -2,6 +2,7 @@
 cleanly on SIGTERM, and refuses bad settings with a one-line error."""
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import aiohttp
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, hedgerow_command
 
 pytestmark = pytest.mark.slow
 
@@ -53,3 +54,47 @@ def test_bad_settings_exit_2_with_one_line(subprocess_env):
     assert result.returncode == 2
     assert "--warmup-interval: 0.0 is below the minimum 0.1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("kubeconfig, message", [
+    (None, "no Kubernetes credentials"),
+    ("/nonexistent/kubeconfig", "FileNotFoundError"),
+    ("garbage", "cannot read the Kubernetes credentials"),
+    ("apiVersion: v1\nkind: Config\n", "Current context is not set"),
+])
+def test_missing_or_broken_credentials_are_one_line_not_a_retry_loop(tmp_path, kubeconfig,
+                                                                    message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
+    env.pop("KUBECONFIG", None)
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    if kubeconfig == "garbage":
+        (tmp_path / "kc").write_text("clusters: [\n")
+        env["KUBECONFIG"] = str(tmp_path / "kc")
+    elif kubeconfig and kubeconfig.startswith("/"):
+        env["KUBECONFIG"] = kubeconfig
+    elif kubeconfig:
+        (tmp_path / "kc").write_text(kubeconfig)
+        env["KUBECONFIG"] = str(tmp_path / "kc")
+    done = subprocess.run(hedgerow_command("operator", "--health-port", "0"), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+
+
+def test_a_taken_health_port_is_one_line(tmp_path, subprocess_env):
+    import socket
+
+    from tests.operator.conftest import write_kubeconfig
+
+    kubeconfig = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(hedgerow_command("operator", "--health-port", str(port)),
+                              env={**subprocess_env, "KUBECONFIG": str(kubeconfig)},
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"cannot listen for health checks on port {port}" in done.stderr
+    assert "Traceback" not in done.stderr
