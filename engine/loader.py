@@ -49,7 +49,7 @@ def _device(name: str | torch.device) -> torch.device:
             raise ModelLoadError(f"device {name!r} asked for, but CUDA is not available here")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-    elif device.type != "cpu":
+    elif device.type != "cpu" or device.index is not None:  # cpu:N is no device safetensors knows
         raise ModelLoadError(f"device {name!r} is not supported (use cpu, cuda or cuda:N)")
     return device
 

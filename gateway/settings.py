@@ -87,7 +87,7 @@ class GatewaySettings:
         "Longest a request may take end to end; a client's X-Request-Timeout header may "
         "shorten it. The remainder is the gRPC deadline of each chunk.",
         unit="seconds",
-        minimum=0.001,
+        minimum=0.001, maximum=86_400,
     )
     health_interval: float = setting(
         1.0,

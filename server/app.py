@@ -126,7 +126,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     try:
         try:
             loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))
-        except HedgerowError:
+        except BaseException:
             await server.stop(None)  # a listener left to the collector logs a traceback
             raise
         if not loaded:

@@ -12,6 +12,10 @@ from hedgerow.errors import ConfigError
 from hedgerow.settings import setting
 
 
+# A gRPC message is at most 2 GiB and a request carries 8 bytes per token (id and offset).
+MAX_TOKENS = 200_000_000
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     model: Path | None = setting(
@@ -26,10 +30,10 @@ class ServerSettings:
     )
     port: int = setting(
         50051, "gRPC port (Embedder and grpc.health.v1).", unit="TCP port",
-        minimum=0, maximum=65535,
+        minimum=1, maximum=65535,
     )
     http_port: int = setting(
-        9090, "HTTP port for /metrics and /warmup.", unit="TCP port", minimum=0, maximum=65535,
+        9090, "HTTP port for /metrics and /warmup.", unit="TCP port", minimum=1, maximum=65535,
     )
     device: str = setting(
         "cpu", "Where the engine runs: `cpu`, `cuda` or `cuda:N`.",
@@ -46,7 +50,7 @@ class ServerSettings:
         "minus one left for the event loop (at least 1). More threads than free cores spin "
         "against each other: on a 2-core machine with torch's default of 2, batch-1 latency "
         "went from 6 ms to 400 ms. In a container with a CPU limit, set it below the limit.",
-        unit="threads", minimum=0,
+        unit="threads", minimum=0, maximum=4096,
     )
 
     max_batch_tokens: int = setting(
@@ -67,13 +71,13 @@ class ServerSettings:
         "Admission bound: tokens accepted but not yet answered (waiting in the pool or on the "
         "engine). Past it a request gets RESOURCE_EXHAUSTED at once. Higher absorbs bursts at "
         "the cost of queueing delay and host memory (4 bytes per token plus the results).",
-        unit="tokens", minimum=1,
+        unit="tokens", minimum=1, maximum=MAX_TOKENS,
     )
     max_request_tokens: int = setting(
         16384,
         "Most tokens one Embed request may carry; the gateway chunks larger inputs. Must not "
         "exceed --max-inflight-tokens, or such a request could never be admitted.",
-        unit="tokens", minimum=1,
+        unit="tokens", minimum=1, maximum=MAX_TOKENS,
     )
     inflight_batches: int = setting(
         0,

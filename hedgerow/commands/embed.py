@@ -11,13 +11,14 @@ Output: {"model": NAME, "dimensions": D, "data": [{"index": i, "embedding": [D f
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from hedgerow import logs, settings
-from hedgerow.errors import InvalidInputError, ModelLoadError
+from hedgerow.errors import HedgerowError, InvalidInputError, ModelLoadError
 from hedgerow.settings import setting
 
 HELP = ("Embed TEXT arguments with a Hugging Face model directory (default: the packaged "
@@ -96,6 +97,10 @@ def check_texts(texts: Sequence[str]) -> None:
     for i, text in enumerate(texts):
         if not text.strip():
             raise InvalidInputError(f"text {i} is empty")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates
+            raise InvalidInputError(f"text {i} is not valid UTF-8") from None
 
 
 def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
@@ -163,10 +168,27 @@ def run(args: argparse.Namespace) -> int:
             engine.validate(batch)
             rows.append(engine.step(batch).synchronize())
     embeddings = postprocess(torch.cat(rows), normalize, config.dimensions)
-    json.dump({
+    broken = (~torch.isfinite(embeddings)).any(dim=1).nonzero()
+    if len(broken):
+        raise ModelLoadError(
+            f"the model produced NaN or infinite values (first for text {int(broken[0])}): its "
+            f"weights are broken, or overflow in {config.dtype}")
+    write_output({
         "model": info.name,
         "dimensions": embeddings.shape[1],
         "data": [{"index": i, "embedding": row} for i, row in enumerate(embeddings.tolist())],
-    }, sys.stdout)
-    sys.stdout.write("\n")
+    })
     return 0
+
+
+def write_output(document: dict) -> None:
+    """JSON to stdout; a reader that went away is no error, a failed write is one line."""
+    try:
+        json.dump(document, sys.stdout, allow_nan=False)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as error:
+        raise HedgerowError(f"cannot write the output: {error.strerror}") from None

@@ -165,3 +165,39 @@ def test_several_batches_give_the_same_vectors_in_order(capsys):
     assert [row["index"] for row in many] == [0, 1, 2]
     for a, b in zip(one, many):
         assert a["embedding"] == pytest.approx(b["embedding"], abs=1e-5)
+
+
+def test_cpu_with_an_index_is_refused_clearly(capsys):
+    code, _, err = _embed(capsys, "--device", "cpu:0", "hi")
+    assert code == 2 and "device 'cpu:0' is not supported" in err
+
+
+def test_output_failures_and_bad_argv_bytes_subprocess(subprocess_env):
+    # A reader that goes away early is no error; a full disk is one line; argv bytes that are
+    # not UTF-8 are named.
+    reader = subprocess.Popen(hedgerow_command("embed", *[f"text {i}" for i in range(300)]),
+                              env=subprocess_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    reader.stdout.read(10)
+    reader.stdout.close()
+    assert reader.wait(120) == 0
+    assert b"Traceback" not in reader.stderr.read()
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(hedgerow_command("embed", "hi"), env=subprocess_env, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2 and "cannot write the output: No space left" in done.stderr
+    done = subprocess.run(hedgerow_command("embed") + [b"\xff"], env=subprocess_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "text 0 is not valid UTF-8" in done.stderr
+
+
+def test_non_finite_output_is_refused(capsys, tmp_path, default_model_dir):
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(default_model_dir, tmp_path / "broken")
+    weights = load_file(default_model_dir / "model.safetensors")
+    name = next(k for k in weights if k.endswith("word_embeddings.weight"))
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, tmp_path / "broken" / "model.safetensors")
+    code, out, err = _embed(capsys, "--model", str(tmp_path / "broken"), "hi")
+    assert code == 2 and out == "" and "NaN or infinite values (first for text 0)" in err
