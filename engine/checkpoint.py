@@ -34,9 +34,13 @@ class Checkpoint:
         single = directory / SINGLE_FILE
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError, TypeError) as error:
+                weight_map = json.loads(index.read_text()).get("weight_map")
+            except (ValueError, AttributeError) as error:  # not JSON, or not an object
                 raise ModelLoadError(f"{index} is not a valid safetensors index: {error}") from None
+            if not isinstance(weight_map, dict) or not all(
+                    isinstance(shard, str) for shard in weight_map.values()):
+                raise ModelLoadError(f"{index} is not a valid safetensors index: it needs a "
+                                     f"\"weight_map\" object of tensor name -> shard file name")
             files = {name: directory / shard for name, shard in weight_map.items()}
             absent = sorted({str(f.name) for f in files.values() if not f.is_file()})
             if absent:

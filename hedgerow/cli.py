@@ -26,8 +26,8 @@ COMMANDS = {
 def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hedgerow",
-        description="Serve text-embedding models fast. Every flag also reads an environment "
-        "variable HEDGEROW_<FLAG_NAME>.",
+        description="Serve text-embedding models fast. Every flag (the benchmarks' aside) "
+        "also reads an environment variable HEDGEROW_<FLAG_NAME>.",
     )
     parser.add_argument("--version", action="version", version=f"hedgerow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -8,13 +8,17 @@ was re-parented) the child sends itself SIGTERM, its ordinary graceful stop.
 """
 
 import dataclasses
+import logging
 import os
 import signal
 import threading
 import time
 
 from hedgerow import settings
+from hedgerow.logs import fields
 from hedgerow.settings import setting
+
+log = logging.getLogger("hedgerow.lifeline")
 
 POLL_SECONDS = 1.0
 
@@ -37,4 +41,6 @@ def follow_parent() -> None:
 def _watch(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(POLL_SECONDS)
+    log.warning("%s", fields(event="parent.gone", parent_pid=parent,
+                             action="stopping (SIGTERM to itself)"))
     os.kill(os.getpid(), signal.SIGTERM)

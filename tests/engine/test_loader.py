@@ -155,6 +155,15 @@ def test_index_naming_a_missing_shard(tmp_path):
         load_model(tmp_path)
 
 
+@pytest.mark.parametrize("index", ['{"weight_map": "x"}', '{"weight_map": {"t": 5}}', '[1]',
+                                   '{}', 'not json'])
+def test_a_malformed_shard_index_is_named(tmp_path, index):
+    transformers.BertModel(_tiny_bert_config()).save_pretrained(tmp_path, max_shard_size="20KB")
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(ModelLoadError, match="is not a valid safetensors index"):
+        load_model(tmp_path)
+
+
 def test_unsupported_pooling_mode(bert_dir):
     (bert_dir / "1_Pooling").mkdir()
     (bert_dir / "1_Pooling" / "config.json").write_text(json.dumps(
