@@ -424,6 +424,13 @@ def main(argv=None) -> int:
 
         args.tokenizer = default_model_path() / "tokenizer.json"
     args.device = "cpu" if args.smoke else "cuda"
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("benchmarks/serving_gpu.py needs CUDA (or --smoke, to check the harness on "
+                  "CPU)", file=sys.stderr)
+            return 2
     args.gate_lengths, args.latency_lengths = (7, 128, 300, 512, 1000), (128, 512, 4096)
     args.score_length, args.throughput_lengths, args.text_tokens = 512, (512, 1024, 4096), 512
     args.score_counts, args.concurrency = (5, 25, 50), (1, 2, 4, 8, 16)
