@@ -6,7 +6,9 @@ scheduling loop with the call's deadline, awaits the rows and encodes them. `Sco
 same with a query and its documents (server/score.py), then ranks the documents by cosine:
 on a worker thread on CPU, on the engine thread on CUDA (device work never runs elsewhere).
 `Info` reports the engine's model. Every HedgerowError becomes its status code in `_abort`;
-nothing else is caught. The servicer knows nothing about batching or the engine's internals.
+nothing else is caught. `add_to_server` registers it with decoders that turn bytes that are no
+valid message into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
+internals.
 """
 
 import asyncio
