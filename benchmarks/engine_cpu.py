@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hedgerow.bench.processes import at_least
 from hedgerow.commands.embed import batches, encode_texts, load_tokenizer
 from hedgerow.defaults import default_model_path
 from hedgerow.engine.attention import CpuRaggedAttention, reference_attention
@@ -202,11 +203,11 @@ def attention_study(engine: Engine, tokenizer, texts: list[str], max_batch_token
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="model directory")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--max-batch-tokens", type=int, default=8192)
     parser.add_argument("--st-batch-size", type=int, default=32)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=at_least(1), default=None,
                         help="torch threads (default: torch's)")
     parser.add_argument("--skip-st", action="store_true", help="time only the engine")
     parser.add_argument("--cpu-linear", default="onednn", choices=("onednn", "torch"),

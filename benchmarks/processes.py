@@ -17,6 +17,17 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum` (argparse reports anything else)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(text)
+        return value
+    parse.__name__ = f"integer >= {minimum}"  # argparse's message: "invalid integer >= 2 value"
+    return parse
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ import grpc
 import httpx
 import numpy as np
 
-from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, stop, wait
 from hedgerow.defaults import default_model_path
 from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -95,9 +95,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--documents", type=int, default=100)
-    parser.add_argument("--tokens", type=int, default=128, help="tokens per document")
+    parser.add_argument("--tokens", type=at_least(2), default=128, help="tokens per document")
     parser.add_argument("--top-n", type=int, default=10)
-    parser.add_argument("--servers", type=int, default=1, help="servers to start")
+    parser.add_argument("--servers", type=at_least(1), default=1, help="servers to start")
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="--cpu-threads of each started server (0: torch's default)")
     parser.add_argument("--server", help="a running server's gRPC host:port")

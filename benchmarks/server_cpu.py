@@ -23,7 +23,7 @@ import time
 import grpc
 import numpy as np
 
-from hedgerow.bench.processes import free_port, grpc_serving, start, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 
@@ -99,13 +99,11 @@ async def run(address: str, tokens: int, count: int, seconds: float) -> list[tup
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", help="benchmark a running server instead of starting one")
-    parser.add_argument("--tokens", type=int, default=16, help="tokens per request (>= 2)")
+    parser.add_argument("--tokens", type=at_least(2), default=16, help="tokens per request (>= 2)")
     parser.add_argument("--requests", type=int, default=200, help="sequential requests")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per concurrency")
     parser.add_argument("server_flags", nargs="*", help="extra `hedgerow server` flags after --")
     args = parser.parse_args()
-    if args.tokens < 2:
-        parser.error("--tokens must be at least 2")
     proc = None
     address = args.address
     if address is None:

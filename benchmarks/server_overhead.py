@@ -46,7 +46,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from hedgerow.bench.processes import free_port, grpc_serving, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
@@ -306,7 +306,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per concurrency")
-    parser.add_argument("--tokens", type=int, default=128, help="tokens per request (>= 2)")
+    parser.add_argument("--tokens", type=at_least(2), default=128,
+                        help="tokens per request (>= 2)")
     parser.add_argument("--device-ms", type=float, default=1.0,
                         help="the device case's stand-in step time, milliseconds")
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases")

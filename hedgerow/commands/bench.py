@@ -9,6 +9,10 @@ import argparse
 import importlib
 import sys
 
+import grpc
+
+from hedgerow.errors import HedgerowError
+
 HELP = "Run one of Hedgerow's benchmarks and print its table (arguments after NAME go to it)."
 
 BENCHMARKS = {
@@ -36,4 +40,8 @@ def run(args: argparse.Namespace) -> int:
     module_name, _ = BENCHMARKS[args.benchmark]
     module = importlib.import_module(f"hedgerow.bench.{module_name}")
     sys.argv = [f"hedgerow bench {args.benchmark}", *args.arguments]
-    return int(module.main() or 0)
+    try:
+        return int(module.main() or 0)
+    except grpc.RpcError as error:  # a server given by address that is not there, or failed
+        raise HedgerowError(f"a gRPC call failed: {error.code().name}: {error.details()}"
+                            ) from None

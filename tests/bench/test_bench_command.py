@@ -19,3 +19,20 @@ def test_unknown_benchmark_is_rejected(capsys):
         main(["bench", "no-such-benchmark"])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["engine-cpu", "--repeats", "0"], "--repeats: invalid integer >= 1 value"),
+    (["rerank-cpu", "--servers", "0"], "--servers: invalid integer >= 1 value"),
+    (["server-overhead", "--tokens", "1"], "--tokens: invalid integer >= 2 value"),
+])
+def test_bad_benchmark_arguments_are_one_line(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unreachable_server_is_one_line(capsys):
+    assert main(["bench", "server-cpu", "--address", "127.0.0.1:1", "--requests", "1"]) == 2
+    assert "a gRPC call failed: UNAVAILABLE" in capsys.readouterr().err
