@@ -46,3 +46,15 @@ def test_out_of_range_values_name_the_flag():
         load("--max-batch-seqs", "0")
     with pytest.raises(ConfigError, match="--dtype: 'int8' is not one of"):
         load("--dtype", "int8")
+
+
+def test_bad_graph_settings_fail_at_start_on_cpu_too(subprocess_env):
+    import subprocess
+
+    from tests.conftest import hedgerow_command
+
+    done = subprocess.run(hedgerow_command("server", "--graph-hot-set", "zz"), env=subprocess_env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "graph hot set entry 'zz' must look like SEQSxTOKENS" in done.stderr
+    assert "server.listening" not in done.stderr
