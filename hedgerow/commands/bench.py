@@ -11,7 +11,7 @@ import sys
 
 import grpc
 
-from hedgerow.errors import HedgerowError
+from hedgerow.errors import ConfigError, HedgerowError
 
 HELP = "Run one of Hedgerow's benchmarks and print its table (arguments after NAME go to it)."
 
@@ -30,13 +30,15 @@ BENCHMARKS = {
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     listing = "; ".join(f"{name}: {text}" for name, (_, text) in BENCHMARKS.items())
-    parser.add_argument("benchmark", metavar="NAME", choices=sorted(BENCHMARKS),
+    parser.add_argument("benchmark", metavar="NAME", nargs="?", choices=sorted(BENCHMARKS),
                         help=f"which benchmark. {listing}.")
     parser.add_argument("arguments", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="passed to the benchmark unchanged")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.benchmark is None:
+        raise ConfigError(f"name a benchmark: {', '.join(BENCHMARKS)}")
     module_name, _ = BENCHMARKS[args.benchmark]
     module = importlib.import_module(f"hedgerow.bench.{module_name}")
     sys.argv = [f"hedgerow bench {args.benchmark}", *args.arguments]

@@ -36,3 +36,8 @@ def test_bad_benchmark_arguments_are_one_line(args, message, capsys):
 def test_an_unreachable_server_is_one_line(capsys):
     assert main(["bench", "server-cpu", "--address", "127.0.0.1:1", "--requests", "1"]) == 2
     assert "a gRPC call failed: UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_no_benchmark_name_lists_them(capsys):
+    assert main(["bench"]) == 2
+    assert "name a benchmark: engine-cpu, " in capsys.readouterr().err
