@@ -36,7 +36,7 @@ from torch._dynamo.exc import TorchDynamoException
 from hedgerow.engine.attention_cuda import AttentionChooser, AttentionFn
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.gpu_settings import GpuSettings
-from hedgerow.engine.graphs import CaptureError, Config, GraphCache, parse_hot_set
+from hedgerow.engine.graphs import CaptureError, Config, GraphCache
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.pooling import pool
 from hedgerow.errors import ConfigError
@@ -145,7 +145,7 @@ class CudaStepper:
         self.stream = torch.cuda.Stream(device)
         self.pool_handle = torch.cuda.graph_pool_handle()
         grid = settings.grid()
-        hot = parse_hot_set(settings.graph_hot_set, grid) if settings.graphs else []
+        hot = settings.hot_set() if settings.graphs else []
         self.cache = GraphCache(grid, self, hot_set=hot,
                                 memory_limit_bytes=settings.graph_memory_limit_mib * MIB)
         self._static: dict[Config, _Static] = {}

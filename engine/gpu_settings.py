@@ -6,7 +6,7 @@ importing the CUDA step path (which pulls in torch.compile's machinery at import
 
 from dataclasses import dataclass
 
-from hedgerow.engine.graphs import GraphGrid
+from hedgerow.engine.graphs import Config, GraphGrid, parse_hot_set
 from hedgerow.errors import ConfigError
 from hedgerow.settings import setting
 
@@ -50,3 +50,7 @@ class GpuSettings:
                               ) from None
         return GraphGrid(max_tokens=self.graph_max_tokens, max_seqs=self.graph_max_seqs,
                          seq_buckets=buckets)
+
+    def hot_set(self) -> list[Config]:
+        """The hot-set configurations on this grid (raises ConfigError naming a bad entry)."""
+        return parse_hot_set(self.graph_hot_set, self.grid())

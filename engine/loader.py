@@ -3,10 +3,11 @@
 A directory holds `config.json`, `model.safetensors` (or shards with
 `model.safetensors.index.json`) and, when it was saved by sentence-transformers, `modules.json`,
 `1_Pooling/config.json` (pooling), `sentence_bert_config.json` (`max_seq_length`),
-`config_sentence_transformers.json` (`prompts`, which become templates) and a Normalize module.
-This module turns that into a model on the target device and dtype plus the serving defaults.
-Every failure is a ModelLoadError that says what is wrong and where. It knows nothing about
-tokenizers (the tokenizer.json is the caller's business) or about batching.
+`config_sentence_transformers.json` (`prompts`, which become templates) and a Normalize module
+(those read by hedgerow/model_files.py, shared with the gateway). This module turns that into a
+model on the target device and dtype plus the serving defaults. Every failure is a ModelLoadError
+that says what is wrong and where. It knows nothing about tokenizers (the tokenizer.json is the
+caller's business) or about batching.
 """
 
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import read_object, read_sentence_transformers, readable
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Directory names too generic to name a model; the parent names it instead.
+
+
 @dataclass
 class LoadedModel:
     model: nn.Module  # BertModel or Qwen3Model, eval mode, on `device` in `dtype`

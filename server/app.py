@@ -14,7 +14,6 @@ import asyncio
 import gc
 import logging
 import signal
-import socket
 import time
 from typing import Any, Callable
 
@@ -22,7 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from hedgerow.addresses import host_port
+from hedgerow.addresses import check_resolves, host_port
 from hedgerow.defaults import default_model_path
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.logs import fields
@@ -102,11 +101,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     address = host_port(settings.host, settings.port)
-    try:  # grpc would only log a lookup failure and report a port it could not add
-        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
-    except socket.gaierror as error:
-        raise ConfigError(f"--host {settings.host}: cannot resolve it ({error.strerror})"
-                          ) from None
+    check_resolves(settings.host, settings.port)
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:  # grpcio raises where older releases returned 0

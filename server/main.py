@@ -12,7 +12,6 @@ import logging
 
 from hedgerow import logs, settings
 from hedgerow.engine.gpu_settings import GpuSettings
-from hedgerow.engine.graphs import parse_hot_set
 from hedgerow.server.settings import ServerSettings
 
 HELP = ("Serve a text-embedding model over gRPC (Embedder + grpc.health.v1) with /metrics and "
@@ -29,7 +28,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = settings.load(ServerSettings, args)
     gpu = settings.load(GpuSettings, args)
-    parse_hot_set(gpu.graph_hot_set, gpu.grid())  # a bad value fails on CPU too, not on a GPU later
+    gpu.hot_set()  # a bad graph setting fails at start on CPU too, not later on a GPU
     logs.configure(config.log_level)
     log.info("%s", logs.fields(event="server.settings", **settings.describe(config)))
     if config.device != "cpu":

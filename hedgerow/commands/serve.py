@@ -1,11 +1,12 @@
 """`hedgerow serve`: the local all-in-one stack, one server and the gateway, in one command.
 
-Owns the two child processes' lives: pick the server's ports (50051 and 9090 when free, any
-free ports otherwise), start `hedgerow server` and wait until its gRPC health says SERVING,
-start `hedgerow gateway` in front of it and wait until /readyz answers 200, print where to send
-requests, and on Ctrl-C or SIGTERM stop the gateway, then the server, and exit 0. The children
-run in their own process groups so a terminal's Ctrl-C reaches only this process, which stops
-them in order; each stops by itself if this process is killed outright. Knows nothing about models or HTTP routes beyond those two probes.
+Owns the two child processes' lives: pick the server's ports (50051 and 9090 when free, any free
+ports otherwise), start `hedgerow server` and wait until its gRPC health says SERVING, start
+`hedgerow gateway` in front of it and wait until /readyz answers 200, print where to send requests,
+and on Ctrl-C or SIGTERM stop the gateway, then the server, and exit 0. The children run in their
+own process groups so a terminal's Ctrl-C reaches only this process, which stops them in order;
+each stops by itself if this process is killed outright. Knows nothing about models or HTTP routes
+beyond those two probes.
 """
 
 import argparse
@@ -28,7 +29,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow import logs, settings
-from hedgerow.addresses import host_port
+from hedgerow.addresses import check_resolves, host_port
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.settings import setting
 
@@ -78,13 +79,12 @@ def say(message: str) -> None:
 def port_free(host: str, port: int) -> bool:
     """Whether `host:port` can be bound now; a host this machine cannot listen on at all is a
     ConfigError, not a busy port."""
+    check_resolves(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as the gateway binds it
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except socket.gaierror as error:
-            raise ConfigError(f"--host {host}: cannot resolve it ({error.strerror})") from None
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
                 return False

@@ -1,6 +1,6 @@
 """The GPU serving benchmark's harness, end to end on CPU (`--smoke`): real server and gateway
-processes, the correctness gate, all four charts, the JSON, the plots and the table. Numbers meaningless;
-this keeps the harness runnable for the runs on the GPU."""
+processes, the correctness gate, all four charts, the JSON, the plots and the table. Numbers
+meaningless; this keeps the harness runnable for the runs on the GPU."""
 
 import json
 import subprocess
