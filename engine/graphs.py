@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from hedgerow.errors import ConfigError
 from hedgerow.logs import fields
+from hedgerow.progress import bar
 
 log = logging.getLogger(__name__)
 
@@ -287,12 +288,14 @@ class GraphCache:
         start-up (the first configuration also pays for torch.compile) shows how far along it is.
         """
         total = len(self.hot_set)
-        for done, config in enumerate(self.hot_set, start=1):
-            start = self._clock()
-            self._warm_one(config)
-            log.info("%s", fields(event="graph.warmup", config=str(config), done=done,
-                                  total=total, state=self._entries[config].state.value,
-                                  seconds=self._clock() - start))
+        with bar(total, "capturing CUDA graphs", unit="graph") as progress:
+            for done, config in enumerate(self.hot_set, start=1):
+                start = self._clock()
+                self._warm_one(config)
+                log.info("%s", fields(event="graph.warmup", config=str(config), done=done,
+                                      total=total, state=self._entries[config].state.value,
+                                      seconds=self._clock() - start))
+                progress.update()
 
     def _warm_one(self, config: Config) -> None:
         entry = self._entries.setdefault(config, _Entry())

@@ -23,6 +23,7 @@ from hedgerow.engine.models.bert import BertConfig, BertModel
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import read_object, read_sentence_transformers, readable
+from hedgerow.progress import bar
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -68,6 +69,19 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
         return _load_model(directory, device, dtype, causal)
 
 
+def _check_fit(model: nn.Module, weights: convert.Weights, directory: Path) -> None:
+    """One line naming the first checkpoint tensor whose shape config.json does not imply
+    (torch's own message lists every mismatch under our internal names)."""
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    wrong = [name for name, t in weights.items() if tuple(t.shape) != expected[name]]
+    if wrong:
+        first = wrong[0]
+        more = f" ({len(wrong) - 1} more tensors differ)" if len(wrong) > 1 else ""
+        raise ModelLoadError(
+            f"weights in {directory} do not fit config.json: {weights.sources[first]} has shape "
+            f"{tuple(weights[first].shape)}, config.json implies {expected[first]}{more}")
+
+
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
                 causal: bool | None) -> LoadedModel:
     if not directory.exists():
@@ -87,24 +101,23 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
     st = read_sentence_transformers(directory)
-    checkpoint = Checkpoint(directory, device, torch_dtype)
-    if model_type == "qwen3":
-        config: BertConfig | Qwen3Config = convert.qwen3_config(hf, causal)
-        with torch.device("meta"):
-            model: nn.Module = Qwen3Model(config)
-        weights = convert.qwen3_weights(checkpoint, config)
-        default_pooling = "last" if config.causal else "mean"
-    else:
-        config = convert.bert_config(hf)
-        with torch.device("meta"):
-            model = BertModel(config)
-        weights = convert.bert_weights(checkpoint, config)
-        default_pooling = "mean"
-    checkpoint.close()
-    try:
-        model.load_state_dict(weights, strict=True, assign=True)
-    except RuntimeError as error:
-        raise ModelLoadError(f"weights in {directory} do not fit config.json: {error}") from None
+    with bar(0, "loading weights", unit="tensor") as progress:
+        checkpoint = Checkpoint(directory, device, torch_dtype, progress)
+        if model_type == "qwen3":
+            config: BertConfig | Qwen3Config = convert.qwen3_config(hf, causal)
+            with torch.device("meta"):
+                model: nn.Module = Qwen3Model(config)
+            weights = convert.qwen3_weights(checkpoint, config)
+            default_pooling = "last" if config.causal else "mean"
+        else:
+            config = convert.bert_config(hf)
+            with torch.device("meta"):
+                model = BertModel(config)
+            weights = convert.bert_weights(checkpoint, config)
+            default_pooling = "mean"
+        checkpoint.close()
+    _check_fit(model, weights, directory)
+    model.load_state_dict(weights, strict=True, assign=True)
     model.eval().requires_grad_(False)
     usable = config.usable_positions
     max_tokens = min(st.max_seq_length, usable) if st.max_seq_length else usable

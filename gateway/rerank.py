@@ -155,7 +155,7 @@ class Reranker:
         card = service.card
         sequences = await service.tokenize(
             texts, card.templates.get(input_type, ""),
-            card.max_tokens if service.settings.truncate else _UNLIMITED)
+            card.max_tokens if service.settings.truncate else _UNLIMITED, param)
         over = np.flatnonzero(sequences.lengths > card.max_tokens)
         if over.size:
             first = int(over[0])

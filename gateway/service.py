@@ -67,13 +67,20 @@ class EmbeddingService:
             return min(self.settings.chunk_tokens, self.card.max_request_tokens)
         return self.settings.chunk_tokens
 
-    async def tokenize(self, texts: list[str], template: str, max_tokens: int) -> Sequences:
+    async def tokenize(self, texts: list[str], template: str, max_tokens: int,
+                       param: str = "input") -> Sequences:
         """`texts` with `template` prepended, tokenized under --truncate and timed; RequestError
-        for a text over `max_tokens` when not truncating."""
+        for a text over `max_tokens` when not truncating, or one that tokenizes to nothing
+        (`param` names the request field in that message)."""
         started = time.perf_counter()
         sequences = await self.tokenizer.encode(texts, template=template, max_tokens=max_tokens,
                                                 truncate=self.settings.truncate)
         self.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+        empty = np.flatnonzero(sequences.lengths == 0)
+        if empty.size:  # e.g. only control characters, and no [CLS]/[SEP] in the tokenizer
+            where = param if param == "query" else f"{param}[{int(empty[0])}]"
+            raise RequestError(f"{where} tokenizes to no tokens", param=param,
+                               code="empty_input")
         return sequences
 
     async def sequences(self, raw_input, input_type: str | None) -> Sequences:

@@ -4,8 +4,10 @@ No loading, no I/O, no padding, no attention mask: sequences sit end to end on o
 and the attention backend confines each token to its own sequence. Query, key and value are
 one fused projection (`qkv`, [3H, H]); the loader fuses the checkpoint's three matrices.
 
-RoBERTa and XLM-RoBERTa number positions from `padding_idx + 1`: that is `position_offset`,
-added on the device to the 0-based per-sequence positions the caller passes in.
+RoBERTa and XLM-RoBERTa number positions from `padding_idx + 1` (`position_offset`) and, as
+`transformers` does, skip tokens whose id is the padding id: those sit at `padding_idx` and do
+not advance the count. Computed on the device from the 0-based per-sequence positions the caller
+passes in, so it runs inside a CUDA graph.
 """
 
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
-    position_offset: int = 0  # RoBERTa/XLM-R: padding_idx + 1
+    position_offset: int = 0  # RoBERTa/XLM-R: padding_idx + 1 (padding_idx is the pad token id)
 
     @property
     def head_dim(self) -> int:
@@ -47,6 +49,18 @@ class BertConfig:
     def usable_positions(self) -> int:
         """Longest sequence the position table can number."""
         return self.max_position_embeddings - self.position_offset
+
+
+def padding_aware_positions(input_ids: torch.Tensor, position_ids: torch.Tensor,
+                            padding_idx: int) -> torch.Tensor:
+    """RoBERTa's position ids on the ragged axis: the k-th non-padding token of a sequence is
+    at `padding_idx + k`, a padding-id token at `padding_idx` (transformers'
+    create_position_ids_from_input_ids). input_ids, position_ids [T] -> int64 [T]."""
+    counted = (input_ids != padding_idx).to(torch.int64)
+    running = torch.cumsum(counted, 0)  # non-padding tokens so far, over the whole batch
+    starts = torch.arange(input_ids.shape[0], device=input_ids.device) - position_ids
+    before = running[starts] - counted[starts]  # ...before each token's sequence began
+    return (running - before) * counted + padding_idx
 
 
 class BertLayer(nn.Module):
@@ -91,7 +105,10 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
-        positions = position_ids + self.config.position_offset
+        positions = position_ids
+        if self.config.position_offset:
+            positions = padding_aware_positions(input_ids, position_ids,
+                                                self.config.position_offset - 1)
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
         x = self.embed_norm(x + self.token_type_embedding)
         for layer in self.layers:

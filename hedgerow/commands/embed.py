@@ -111,6 +111,8 @@ def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
     encodings = tokenizer.encode_batch([prefix + text for text in texts])
     ids = [encoding.ids for encoding in encodings]
     for i, seq in enumerate(ids):
+        if not seq:
+            raise InvalidInputError(f"text {i} tokenizes to no tokens")
         if len(seq) > max_tokens:
             raise InvalidInputError(
                 f"text {i} has {len(seq)} tokens; the model accepts at most {max_tokens} tokens "
@@ -149,12 +151,14 @@ def run(args: argparse.Namespace) -> int:
     from hedgerow.engine.batch import RaggedBatch
     from hedgerow.engine.engine import Engine
     from hedgerow.engine.pooling import postprocess
+    from hedgerow.progress import bar
 
     directory = config.model if config.model is not None else default_model_path()
     engine = Engine.load(directory, device=config.device, dtype=config.dtype)
     info = engine.info
     if config.dimensions is not None and config.dimensions > info.dimensions:
-        raise InvalidInputError(f"--dimensions {config.dimensions} is larger than the model's "
+        raise InvalidInputError(f"dimensions {config.dimensions} (--dimensions or "
+                                f"HEDGEROW_DIMENSIONS) is larger than the model's "
                                 f"{info.dimensions}")
     tokenizer = load_tokenizer(Path(directory))
     prefix = info.templates.get(config.input_type, "") if config.input_type else ""
@@ -162,11 +166,14 @@ def run(args: argparse.Namespace) -> int:
     normalize = info.normalize if config.normalize is None else config.normalize
 
     rows = []
-    with logs.step(log, "embed", texts=len(texts), tokens=sum(len(s) for s in sequences)):
+    tokens = sum(len(s) for s in sequences)
+    with (logs.step(log, "embed", texts=len(texts), tokens=tokens),
+          bar(tokens, "embedding", unit="token") as progress):
         for chunk in batches(sequences, config.max_batch_tokens):
             batch = RaggedBatch.from_sequences(chunk)
             engine.validate(batch)
             rows.append(engine.step(batch).synchronize())
+            progress.update(batch.num_tokens)
     embeddings = postprocess(torch.cat(rows), normalize, config.dimensions)
     broken = (~torch.isfinite(embeddings)).any(dim=1).nonzero()
     if len(broken):

@@ -73,7 +73,7 @@ def test_dimensions_and_no_normalize(capsys):
 
 def test_dimensions_larger_than_the_model(capsys):
     code, _, err = _embed(capsys, "--dimensions", "385", "Bees")
-    assert code == 2 and "--dimensions 385 is larger than the model's 384" in err
+    assert code == 2 and "dimensions 385 (--dimensions or HEDGEROW_DIMENSIONS) is larger than the model's 384" in err
 
 
 def test_empty_string(capsys):
@@ -156,6 +156,22 @@ def test_batches_keep_input_order_within_the_token_budget():
     cut = batches(sequences, max_batch_tokens=7)
     assert cut == [[[1] * 3, [2] * 4], [[3] * 9], [[4] * 2, [5] * 2]]
     assert [s for chunk in cut for s in chunk] == sequences
+
+
+def test_a_text_that_tokenizes_to_nothing_is_named(default_model_dir):
+    """Without a post-processor ([CLS] ... [SEP]) a control character tokenizes to no ids; the
+    error names that text, not a sequence of some later batch."""
+    from tokenizers import Tokenizer
+
+    from hedgerow.commands.embed import encode_texts
+    from hedgerow.errors import InvalidInputError
+
+    raw = json.loads((default_model_dir / "tokenizer.json").read_text())
+    raw["post_processor"] = None
+    tokenizer = Tokenizer.from_str(json.dumps(raw))
+    tokenizer.no_padding()  # as load_tokenizer does: the packaged file pads to 128
+    with pytest.raises(InvalidInputError, match="^text 2 tokenizes to no tokens$"):
+        encode_texts(tokenizer, ["hello", "world", "\x01"], "", 256, 30522)
 
 
 def test_several_batches_give_the_same_vectors_in_order(capsys):

@@ -76,6 +76,37 @@ def test_roberta_positions_leave_room_for_the_offset(tmp_path):
     assert Engine.load(tmp_path).info.max_tokens == 32  # positions start at padding_idx + 1
 
 
+def test_roberta_positions_that_leave_no_room_are_refused(tmp_path):
+    transformers.RobertaModel(transformers.RobertaConfig(
+        vocab_size=50, hidden_size=24, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=34, pad_token_id=1)).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["pad_token_id"] = 40
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"max_position_embeddings 34 leaves no position "
+                                             r"for tokens \(roberta numbers positions from "
+                                             r"pad_token_id \+ 1 = 41\)"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden_act", "gelu", "hidden_act 'gelu' is not supported for qwen3"),
+    ("use_sliding_window", True, "sliding-window attention .* is not supported"),
+    ("layer_types", ["full_attention", "sliding_attention"], "sliding-window attention"),
+    ("is_causal", "false", "is_causal must be true or false, got 'false'"),
+])
+def test_qwen3_settings_we_do_not_run_are_refused(tmp_path, key, value, message):
+    config = transformers.Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      intermediate_size=48)
+    transformers.Qwen3Model(config).save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    raw[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(tmp_path)
+
+
 def test_bfloat16_is_selectable(bert_dir):
     loaded = load_model(bert_dir, dtype="bfloat16")
     assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
@@ -128,8 +159,12 @@ def test_weights_that_do_not_fit_the_config(bert_dir):
     config = json.loads((bert_dir / "config.json").read_text())
     config["intermediate_size"] = 65
     (bert_dir / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match="do not fit config.json"):
+    with pytest.raises(ModelLoadError) as raised:
         load_model(bert_dir)
+    # One line in the checkpoint's own names, not torch's dump of our internal ones.
+    assert str(raised.value) == (
+        f"weights in {bert_dir} do not fit config.json: encoder.layer.0.intermediate.dense.weight "
+        "has shape (64, 48), config.json implies (65, 48) (5 more tensors differ)")
 
 
 def test_truncated_safetensors_file(bert_dir):

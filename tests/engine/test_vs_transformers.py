@@ -49,10 +49,17 @@ CASES = {
 }
 
 
+PAD = 1  # RoBERTa's padding id: such tokens take position padding_idx and are not counted
+
+
 def _sequences(seed: int) -> list[list[int]]:
     generator = torch.Generator().manual_seed(seed)
-    # Ids from 3 up: RoBERTa numbers positions by skipping its padding id (1).
-    return [torch.randint(3, VOCAB, (n,), generator=generator).tolist() for n in LENGTHS]
+    sequences = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in LENGTHS]
+    # The padding id as a token: alone, first, inside and last in a sequence.
+    sequences[0][0] = PAD
+    sequences[3][0] = sequences[3][5] = sequences[3][6] = sequences[3][-1] = PAD
+    sequences[5][20] = PAD
+    return sequences
 
 
 def _reference_hidden(model, name: str, seq: list[int]) -> torch.Tensor:

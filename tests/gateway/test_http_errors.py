@@ -154,3 +154,27 @@ def test_error_statuses_are_counted_by_route(client):
     post(client, {"model": MODEL, "input": []})
     text = client.get("/metrics").text
     assert 'hedgerow_request_seconds_count{route="/v1/embeddings",status="400"}' in text
+
+
+def test_a_text_that_tokenizes_to_nothing_is_400(gateway_factory, standins, default_model_dir,
+                                                 tmp_path):
+    """Without a post-processor ([CLS] ... [SEP]) a control character tokenizes to no ids: a
+    400 naming the input (or document), not an empty sequence sent to a server."""
+    import json
+
+    for item in default_model_dir.iterdir():
+        if item.name != "tokenizer.json":
+            (tmp_path / item.name).symlink_to(item)
+    raw = json.loads((default_model_dir / "tokenizer.json").read_text())
+    raw["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(raw))
+    client = gateway_factory(servers=[standins[0].address], model=tmp_path,
+                             served_model_name=MODEL)
+    calls = standins[0].calls
+    assert_error(post(client, {"model": MODEL, "input": ["hello", "\x01"]}), 400,
+                 param="input", code="empty_input", says="input[1] tokenizes to no tokens")
+    assert_error(client.post("/v1/rerank", json={"model": MODEL, "query": "bees",
+                                                 "documents": ["hives", "\x01"]}),
+                 400, param="documents", code="empty_input",
+                 says="documents[1] tokenizes to no tokens")
+    assert standins[0].calls == calls

@@ -85,3 +85,4 @@ def test_templates_come_from_the_model_then_the_server_then_flags(default_model_
     assert refine_with_info(card, info, {}).max_tokens == 512
     flagged = refine_with_info(card, info, {"query": "flag q: "})
     assert flagged.templates == {"query": "flag q: ", "document": "p: "}
+

@@ -1,0 +1,35 @@
+"""A progress bar for long steps (loading weights, capturing graphs, embedding many texts).
+
+Drawn with tqdm on stderr when stderr is a terminal and INFO lines are shown; otherwise (a log
+file, a pod, `--log-level warning`) it draws nothing and the step's structured log lines
+(`logs.step`, per-item events) say how far along it is. Log lines written while a bar is up go
+above it instead of through it.
+"""
+
+import contextlib
+import logging
+import shutil
+import sys
+from typing import Iterator
+
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+
+def _wanted() -> bool:
+    return sys.stderr.isatty() and logging.getLogger().isEnabledFor(logging.INFO)
+
+
+@contextlib.contextmanager
+def bar(total: int, what: str, unit: str = "it") -> Iterator[tqdm]:
+    """A bar of `total` steps labelled `what`; call `.update(n)` on it. Gone when the block
+    ends (`leave=False`): the step's own done line says how long it took. The width comes from
+    shutil (80 x 24 where a terminal reports 0 x 0; tqdm would draw nothing there)."""
+    shown, size = _wanted(), shutil.get_terminal_size()
+    with contextlib.ExitStack() as stack:
+        if shown:
+            stack.enter_context(logging_redirect_tqdm())
+        progress = stack.enter_context(tqdm(total=total, desc=what, unit=unit, leave=False,
+                                            disable=not shown, file=sys.stderr,
+                                            ncols=size.columns, nrows=size.lines))
+        yield progress
