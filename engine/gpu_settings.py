@@ -46,8 +46,8 @@ class GpuSettings:
         try:
             buckets = tuple(int(b) for b in self.graph_seq_buckets)
         except ValueError:
-            raise ConfigError(f"--graph-seq-buckets {self.graph_seq_buckets!r} must be integers"
-                              ) from None
+            raise ConfigError(f"--graph-seq-buckets {','.join(self.graph_seq_buckets)}: "
+                              "every entry must be an integer") from None
         return GraphGrid(max_tokens=self.graph_max_tokens, max_seqs=self.graph_max_seqs,
                          seq_buckets=buckets)
 

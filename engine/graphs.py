@@ -152,6 +152,8 @@ def parse_hot_set(spec: Iterable[str], grid: GraphGrid) -> list[Config]:
                 f"graph hot set entry {entry!r} must look like SEQSxTOKENS, e.g. 1x128"
             )
         num_seqs, num_tokens = int(seqs), int(tokens)
+        if num_seqs < 1:
+            raise ConfigError(f"graph hot set entry {entry!r} needs at least one sequence")
         if num_tokens < num_seqs:
             raise ConfigError(
                 f"graph hot set entry {entry!r} has fewer tokens than sequences"

@@ -1,5 +1,5 @@
 """host:port text for listeners, logs and URLs, with IPv6 hosts in brackets ("[::1]:50051"), and
-the check that a host to listen on resolves at all."""
+the checks that a host to listen on resolves and that a port there can be listened on."""
 
 import socket
 
@@ -17,3 +17,24 @@ def check_resolves(host: str, port: int) -> None:
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         raise ConfigError(f"--host {host}: cannot resolve it ({error.strerror})") from None
+
+
+def check_can_listen(host: str, port: int, what: str) -> None:
+    """ConfigError saying why `what` (e.g. "gRPC") cannot listen on host:port: a host that does
+    not resolve, an address this machine does not have, a port in use. grpc itself only says
+    that adding the port failed, and logs its own line. A probe, so a race with another
+    process remains possible: the caller still handles the listener's own failure."""
+    check_resolves(host, port)
+    errors = []
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port,
+                                                              type=socket.SOCK_STREAM):
+        with socket.socket(family, kind, proto) as probe:
+            # As grpc sets it: a port left in TIME_WAIT is free, a listening one is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                probe.listen(1)
+                return  # like grpc, listening on one of the host's addresses is enough
+            except OSError as error:
+                errors.append(error.strerror)
+    raise ConfigError(f"cannot listen for {what} on {host_port(host, port)}: {errors[0]}")

@@ -21,7 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from hedgerow.addresses import check_resolves, host_port
+from hedgerow.addresses import check_can_listen, host_port
 from hedgerow.defaults import default_model_path
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.logs import fields
@@ -50,9 +50,13 @@ class StoppedWhileLoading(Exception):
 
 
 def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
-    """Message size limits that fit the largest legal request (responses unbounded); no
-    port sharing."""
-    request_bytes = 8 * settings.max_request_tokens + 64 * 1024
+    """Message size limits (responses unbounded); no port sharing.
+
+    A request may be several times the largest legal one, so that one over
+    --max-request-tokens reaches the decoder and gets INVALID_ARGUMENT naming the limit; past
+    that gRPC itself answers RESOURCE_EXHAUSTED ("Received message larger than max")."""
+    legal_bytes = 8 * settings.max_request_tokens + 64 * 1024  # int32 ids + cu_seqlens
+    request_bytes = min(4 * legal_bytes + (1 << 20), (1 << 31) - 1)
     return [
         ("grpc.max_receive_message_length", request_bytes),
         ("grpc.max_send_message_length", -1),
@@ -101,7 +105,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     address = host_port(settings.host, settings.port)
-    check_resolves(settings.host, settings.port)
+    check_can_listen(settings.host, settings.port, "gRPC")
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:  # grpcio raises where older releases returned 0

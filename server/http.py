@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 from typing import Callable
+from urllib.parse import urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -67,14 +68,16 @@ async def _respond(reader: asyncio.StreamReader, table: dict[str, Route]
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return 400, "text/plain", b"malformed request line\n", False
     method, target = parts[0], parts[1]
-    path = target.split("?", 1)[0]
+    head_only = method == "HEAD"  # RFC 9110: no body on any answer to HEAD
+    # Origin form ("/warmup?x") or absolute form ("http://host:9090/warmup"), RFC 9112 3.2.
+    path = urlsplit(target).path if "://" in target else target.split("?", 1)[0]
     if path not in table:
         known = ", ".join(sorted(table))
-        return 404, "text/plain", f"not found; this server serves {known}\n".encode(), False
+        return 404, "text/plain", f"not found; this server serves {known}\n".encode(), head_only
     if method not in ("GET", "HEAD"):
         return 405, "text/plain", b"only GET and HEAD are supported\n", False
     content_type, body = table[path]()
-    return 200, content_type, body, method == "HEAD"
+    return 200, content_type, body, head_only
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes:

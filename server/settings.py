@@ -5,6 +5,7 @@ about gRPC or the engine: it is plain data that `main.py` builds and hands down.
 """
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,5 +118,5 @@ class ServerSettings:
                 f"({self.max_inflight_tokens}): such a request could never be admitted; raise "
                 "the admission bound or lower the request limit"
             )
-        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+        if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device):
             raise ConfigError(f"--device: {self.device!r} is not cpu, cuda or cuda:N")

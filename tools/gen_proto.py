@@ -1,6 +1,6 @@
 """Regenerate the committed gRPC stubs in wire/ from wire/embed.proto.
 
-Usage: python tools/gen_proto.py [OUTPUT_DIR]
+Usage: python tools/gen_proto.py [OUTPUT_DIR]   (default wire/; created when missing)
 
 The stubs are committed so that no install step needs protoc; tests/wire/test_stubs_current.py
 regenerates them into a temporary folder and fails when the committed ones differ.
@@ -38,6 +38,7 @@ def generate(out_dir: Path) -> list[Path]:
             ]
             if protoc.main(args) != 0:
                 raise SystemExit(f"protoc failed on {name}")
+        out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for path in sorted((dst / "hedgerow" / "wire").iterdir()):
             if path.name.endswith(GENERATED_SUFFIXES):

@@ -92,7 +92,8 @@ def test_hot_set_parsing():
     grid = GraphGrid(max_tokens=2048, max_seqs=8, seq_buckets=(1, 2, 4, 8))
     assert parse_hot_set(["1x128", "1x100", "3x1100"], grid) == [Config(1, 128), Config(4, 1280)]
     for bad, words in (("1-128", "SEQSxTOKENS"), ("9x128", "past the grid"),
-                       ("4x2", "fewer tokens"), ("1x4096", "--graph-max-tokens")):
+                       ("4x2", "fewer tokens"), ("1x4096", "--graph-max-tokens"),
+                       ("0x0", "at least one sequence")):
         with pytest.raises(ConfigError, match=words):
             parse_hot_set([bad], grid)
 

@@ -155,6 +155,8 @@ BAD_INPUTS = {
         embed_request([sentence(7592, length=257)]), "at most 256 tokens per sequence"),
     "more tokens than the per-request limit": (
         embed_request([sentence(7592, length=256)] * 16 + [[CLS, SEP]]), "per-request limit"),
+    "several times the per-request limit (a message past the legal size)": (
+        embed_request([[CLS]] * (3 * MAX_REQUEST)), "per-request limit"),
     "input_ids not whole int32s": (
         embed_pb2.EmbedRequest(input_ids=b"\x01\x00\x00", cu_seqlens=np.array([0, 1], "<i4")
                                .tobytes()), "multiple of 4"),
@@ -281,6 +283,9 @@ def test_bytes_that_are_no_message_get_invalid_argument_and_no_traceback(server,
     (b"GET /warmup HTTP/1.1\nHost: x\n\n", b"200", None),       # bare LF line ends
     (b"POST /warmup HTTP/1.1\r\nHost: x\r\n\r\n", b"405", b"Allow: GET, HEAD"),
     (b"BROKEN\r\n\r\n", b"400", None),
+    (b"GET http://x:9090/warmup?a=1 HTTP/1.1\r\nHost: x\r\n\r\n", b"200", None),  # absolute
+    (b"HEAD /warmup HTTP/1.1\r\nHost: x\r\n\r\n", b"200", b"Content-Length: "),
+    (b"HEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n", b"404", b"Content-Length: "),
 ])
 def test_the_http_side_answers_odd_requests(server, request_bytes, status, header):
     import socket
@@ -293,3 +298,5 @@ def test_the_http_side_answers_odd_requests(server, request_bytes, status, heade
     assert answer.split(b" ", 2)[1] == status, answer[:200]
     if header:
         assert header in answer
+    if request_bytes.startswith(b"HEAD"):  # RFC 9110: a head, never a body
+        assert answer.endswith(b"\r\n\r\n"), answer

@@ -27,7 +27,7 @@ def test_a_request_limit_past_the_admission_bound_is_refused():
         load("--max-request-tokens", "5000", "--max-inflight-tokens", "4000")
 
 
-@pytest.mark.parametrize("device", ["gpu", "cuda0", "tpu"])
+@pytest.mark.parametrize("device", ["gpu", "cuda0", "tpu", "cuda:", "cuda:abc", "cpu:0"])
 def test_unknown_devices_are_refused(device):
     with pytest.raises(ConfigError, match="not cpu, cuda or cuda:N"):
         load("--device", device)
@@ -58,3 +58,7 @@ def test_bad_graph_settings_fail_at_start_on_cpu_too(subprocess_env):
     assert done.returncode == 2
     assert "graph hot set entry 'zz' must look like SEQSxTOKENS" in done.stderr
     assert "server.listening" not in done.stderr
+    done = subprocess.run(hedgerow_command("server", "--graph-seq-buckets", "1,abc"),
+                          env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--graph-seq-buckets 1,abc: every entry must be an integer" in done.stderr

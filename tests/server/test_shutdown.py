@@ -165,7 +165,7 @@ def test_a_grpc_port_in_use_exits_2_with_one_line(start_server):
         server = start_server("--port", str(port), wait=False)
         assert server.proc.wait(60) == 2
     log = server.log_text()
-    assert f"cannot listen for gRPC on 127.0.0.1:{port}" in log
+    assert f"cannot listen for gRPC on 127.0.0.1:{port}: Address already in use" in log
     assert "Traceback" not in log
 
 
@@ -184,6 +184,15 @@ def test_a_host_that_does_not_resolve_exits_2_with_one_line(start_server):
     log = server.log_text()
     assert "hedgerow server: error: --host 999.1.1.1: cannot resolve it" in log
     assert "Traceback" not in log and "add_port" not in log
+
+
+def test_an_address_this_machine_does_not_have_exits_2_with_one_line(start_server):
+    server = start_server("--host", "192.0.2.7", wait=False)  # TEST-NET-1: on no machine
+    assert server.proc.wait(60) == 2
+    log = server.log_text()
+    assert (f"hedgerow server: error: cannot listen for gRPC on 192.0.2.7:{server.port}: "
+            "Cannot assign requested address") in log
+    assert "Traceback" not in log and "add_port" not in log and "port in use" not in log
 
 
 def test_the_server_listens_on_an_ipv6_host(start_server):
