@@ -19,7 +19,8 @@ def load_keys(keys: tuple[str, ...], keys_file: Path | None) -> tuple[str, ...]:
             lines = keys_file.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(f"--api-keys-file {keys_file}: cannot read it ({error})") from None
-        found += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        found += [line.strip() for line in lines
+                  if line.strip() and not line.strip().startswith("#")]
         if not found:
             raise ConfigError(f"--api-keys-file {keys_file} holds no keys")
     return tuple(found)

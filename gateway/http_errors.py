@@ -42,11 +42,21 @@ _STATUS: tuple[tuple[type[HedgerowError], int, str, str | None], ...] = (
 )
 
 
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None
+               ) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
 def error_response(status: int, message: str, type_: str, param: str | None = None,
                    code: str | None = None, headers: dict[str, str] | None = None
                    ) -> JSONResponse:
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_body(message, type_, param, code), status_code=status,
+                        headers=headers)
+
+
+MALFORMED_HTTP = json.dumps(error_body(
+    "the HTTP request is malformed (its framing or headers, e.g. a Content-Length that is not "
+    "a number, cannot be parsed)", "invalid_request_error", None, "malformed_http")).encode()
 
 
 def _from_hedgerow(error: HedgerowError) -> JSONResponse:
@@ -71,6 +81,8 @@ def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
         where = ".".join(loc) or "request body"
         param = param or (loc[0] if loc else None)
         message = f"{where}: {item.get('msg', 'invalid')}"
+        if not loc and item.get("type") in ("model_type", "model_attributes_type", "dict_type"):
+            message = "request body: must be a JSON object"  # not pydantic's class name
         if item.get("type") != "missing" and "input" in item:
             message += f" (got {json.dumps(item['input'], default=str)[:60]})"
         lines.append(message)

@@ -7,6 +7,7 @@ they are installed. Uvicorn stops it cleanly on SIGINT/SIGTERM.
 
 import argparse
 import contextlib
+import errno
 import importlib.util
 import logging
 import signal
@@ -16,11 +17,12 @@ from typing import Iterator
 import uvicorn
 
 from hedgerow import logs, settings
-from hedgerow.addresses import host_port
+from hedgerow.addresses import check_resolves, host_port
 from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError
 from hedgerow.gateway.app import create_app
 from hedgerow.gateway.auth import ApiKeys, load_keys
+from hedgerow.gateway.http_errors import MALFORMED_HTTP
 from hedgerow.gateway.model_card import load_card
 from hedgerow.gateway.settings import GatewaySettings
 from hedgerow.gateway.tokenizer import TextTokenizer
@@ -46,6 +48,7 @@ def build_app(config: GatewaySettings):
 
 
 def listen(host: str, port: int) -> socket.socket:
+    check_resolves(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -53,11 +56,40 @@ def listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as error:
         sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port} ({error.strerror}); is another "
-                          "process using it? Pick another with --port") from None
+        hint = ("; is another process using it? Pick another with --port"
+                if error.errno == errno.EADDRINUSE else "")
+        raise ConfigError(f"cannot listen on {host_port(host, port)} ({error.strerror})"
+                          f"{hint}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def openai_shaped_400(protocol: type) -> type:
+    """uvicorn's HTTP protocol class `protocol`, answering a request its parser refuses before
+    the app sees it in OpenAI's error shape (uvicorn answers plain text)."""
+
+    class Protocol(protocol):
+        def send_400_response(self, msg: str) -> None:
+            head = [b"HTTP/1.1 400 Bad Request\r\n"]
+            head += [name + b": " + value + b"\r\n"
+                     for name, value in self.server_state.default_headers]
+            head += [b"content-type: application/json\r\n",
+                     b"content-length: %d\r\n" % len(MALFORMED_HTTP),
+                     b"connection: close\r\n\r\n"]
+            self.transport.write(b"".join(head) + MALFORMED_HTTP)
+            self.transport.close()
+
+    return Protocol
+
+
+def http_protocol() -> type:
+    """httptools when installed (faster), else h11; either with OpenAI-shaped parse errors."""
+    if importlib.util.find_spec("httptools"):
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol
+    return openai_shaped_400(protocol)
 
 
 class Server(uvicorn.Server):
@@ -89,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     server = Server(uvicorn.Config(
         app,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=http_protocol(),
         log_config=None,
         log_level=config.log_level,
         access_log=False,

@@ -3,8 +3,9 @@
 Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the
 query and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently
 with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
-picked longest ago);
-a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose connection broke)
+picked longest ago) among those with room under their admission bound, waiting for room when
+none has it; a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose
+connection broke)
 is retried once on another replica; every call carries the request's remaining time as its gRPC
 deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
 HTTP or tokenization; gets sequences already cut into chunks.
@@ -38,16 +39,28 @@ log = logging.getLogger("hedgerow.gateway.router")
 # are pure functions of their input, so sending a chunk twice is safe.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
+ROOM_RECHECK_S = 0.5
 T = TypeVar("T")
 
 
-def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = ()) -> Replica | None:
-    """The ready replica with the fewest in-flight tokens, not in `exclude`; ties go to the one
-    chosen longest ago, so equal replicas take turns. None when there is none."""
-    candidates = [r for r in replicas if r.ready and all(r is not e for e in exclude)]
+def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = (),
+                 tokens: int = 0) -> Replica | None:
+    """The ready replica with the fewest in-flight tokens, not in `exclude`, with room for
+    `tokens` more; ties go to the one chosen longest ago, so equal replicas take turns. None
+    when there is none."""
+    candidates = [r for r in replicas if r.ready and all(r is not e for e in exclude)
+                  and has_room(r, tokens)]
     if not candidates:
         return None
     return min(candidates, key=lambda r: (r.in_flight_tokens, r.last_chosen))
+
+
+def has_room(replica: Replica, tokens: int) -> bool:
+    """Whether `tokens` more from this gateway stay within the replica's admission bound (its
+    Info's max_inflight_tokens; 0 is no bound). An idle replica always has room, so a chunk is
+    never held back forever."""
+    bound = replica.info.max_inflight_tokens if replica.info is not None else 0
+    return not bound or not replica.in_flight_tokens or replica.in_flight_tokens + tokens <= bound
 
 
 def decode_embeddings(response: embed_pb2.EmbedResponse, rows: int) -> np.ndarray:
@@ -93,12 +106,48 @@ class Router:
         self._replicas = replicas
         self._metrics = metrics
         self._picks = itertools.count(1)
+        self._released = asyncio.Event()  # set (and replaced) whenever a call's tokens go
 
-    def choose(self, exclude: Sequence[Replica] = ()) -> Replica | None:
-        replica = least_loaded(self._replicas.ready(), exclude)
+    def choose(self, exclude: Sequence[Replica] = (), tokens: int = 0) -> Replica | None:
+        replica = least_loaded(self._replicas.ready(), exclude, tokens)
         if replica is not None:
             replica.last_chosen = next(self._picks)
         return replica
+
+    async def _reserve(self, tokens: int, exclude: Sequence[Replica], deadline: float
+                       ) -> Replica:
+        """The least-loaded ready replica (not in `exclude`) with room for `tokens`, those
+        tokens counted on it. When every one is full with this gateway's work, wait for room
+        (a large request is paced to the servers' admission bounds instead of being turned
+        away as busy) until the deadline. NoReplicaError when none is ready."""
+        loop = asyncio.get_running_loop()
+        while True:
+            replica = self.choose(exclude, tokens)
+            if replica is not None:
+                self._count(replica, tokens)
+                return replica
+            if least_loaded(self._replicas.ready(), exclude) is None:
+                raise NoReplicaError(NO_REPLICA_MESSAGE)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DeadlineError("the request's deadline passed while its chunks waited for "
+                                    "room on the embedding servers")
+            # Woken when a call ends; the timeout also re-checks replicas that became ready.
+            try:
+                await asyncio.wait_for(self._released.wait(), min(remaining, ROOM_RECHECK_S))
+            except asyncio.TimeoutError:
+                pass
+
+    def _count(self, replica: Replica, tokens: int) -> None:
+        replica.in_flight_tokens += tokens
+        self._metrics.in_flight_tokens.labels(replica.address).set(replica.in_flight_tokens)
+
+    def _release(self, replica: Replica, tokens: int) -> None:
+        """Uncount a call's tokens and wake every waiter (synchronous: safe in a cancelled
+        task's cleanup)."""
+        self._count(replica, -tokens)
+        self._released.set()
+        self._released = asyncio.Event()
 
     async def embed(
         self,
@@ -196,15 +245,14 @@ class Router:
         loop = asyncio.get_running_loop()
         tried: list[Replica] = []
         while True:
-            replica = self.choose(exclude=tried)
-            if replica is None:
-                raise NoReplicaError(NO_REPLICA_MESSAGE)
+            replica = await self._reserve(tokens, tried, deadline)
             tried.append(replica)
             remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise DeadlineError("the request's deadline passed before its chunks were sent")
             try:
-                response = await self._call(replica, method, request, tokens, remaining)
+                if remaining <= 0:
+                    raise DeadlineError("the request's deadline passed before its chunks were "
+                                        "sent")
+                response = await getattr(replica.embedder, method)(request, timeout=remaining)
             except grpc.aio.AioRpcError as error:
                 code = error.code()
                 self._metrics.chunks.labels(replica.address, code.name).inc()
@@ -218,19 +266,10 @@ class Router:
                                           sequences=chunk.size, tokens=tokens))
                     continue
                 raise self._translate(error, replica) from None
+            finally:
+                self._release(replica, tokens)
             self._metrics.chunks.labels(replica.address, "OK").inc()
             return response
-
-    async def _call(self, replica: Replica, method: str, request, tokens: int,
-                    timeout: float):
-        gauge = self._metrics.in_flight_tokens.labels(replica.address)
-        replica.in_flight_tokens += tokens
-        gauge.set(replica.in_flight_tokens)
-        try:
-            return await getattr(replica.embedder, method)(request, timeout=timeout)
-        finally:
-            replica.in_flight_tokens -= tokens
-            gauge.set(replica.in_flight_tokens)
 
     @staticmethod
     def _translate(error: grpc.aio.AioRpcError, replica: Replica) -> Exception:

@@ -63,6 +63,11 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
         # grpc shares ports by default: a second server on a taken port would start and
         # split the traffic instead of failing.
         ("grpc.so_reuseport", 0),
+        # Gateways keep their channels alive with a ping every 10 s, calls or not; grpc's
+        # default (one ping per 5 minutes without data) answers that with GOAWAY
+        # "too_many_pings", and the gateway drops this replica for a moment.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
     ]
 
 
@@ -200,11 +205,13 @@ async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio
     drained = True
     if loop is not None:
         drained = await loop.drain(settings.shutdown_grace)
-    # Handlers whose futures are complete still have to write their responses: at least a
-    # moment for that when the drain finished, else only what is left of the grace.
-    left = max(settings.shutdown_grace - (time.monotonic() - began),
-               RESPONSE_WRITE_SECONDS if drained else 0.0)
-    await server.stop(left)
+    # Handlers whose futures are complete still return and write their responses. Gateways'
+    # health Watch streams never end on their own: waiting for them would always spend the
+    # whole grace, so wait for our handlers instead, then give writes a moment.
+    while state.active_calls and time.monotonic() - began < settings.shutdown_grace:
+        await asyncio.sleep(0.01)
+    left = max(settings.shutdown_grace - (time.monotonic() - began), 0.0)
+    await server.stop(min(left, RESPONSE_WRITE_SECONDS) if drained else left)
     if loop is not None:
         await loop.close()
     log.info("%s", fields(event="server.stopped", drained=drained,

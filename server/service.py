@@ -106,6 +106,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         """Run `handler(request, context, start)`, counting its outcome; errors become status."""
         metrics = self._state.metrics
         start = time.monotonic()
+        self._state.active_calls += 1
         try:
             response = await handler(_decoded(request), context, start)
         except HedgerowError as error:
@@ -115,6 +116,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             expired = remaining is not None and remaining <= DEADLINE_SLACK_S
             metrics.requests_by_status[m.EXPIRED if expired else m.CANCELLED].inc()
             raise
+        finally:
+            self._state.active_calls -= 1
         metrics.requests_by_status[m.OK].inc()
         metrics.request_seconds.observe(time.monotonic() - start)
         return response
@@ -167,6 +170,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             dimensions=info.dimensions,
             max_tokens=info.max_tokens,
             max_request_tokens=self._state.settings.max_request_tokens,
+            max_inflight_tokens=self._state.settings.max_inflight_tokens,
             pooling=info.pooling,
             normalize=info.normalize,
             templates=dict(info.templates),

@@ -25,6 +25,7 @@ class ServerState:
     engine_thread: Any = None      # the loop's EngineThread: device work (Score on CUDA) runs there
     serving: bool = False          # health says SERVING (loaded, warm, not shutting down)
     load_error: str | None = None
+    active_calls: int = 0          # Embed/Score handlers running (not health watches)
 
 
 def engine_warmup_report(engine: Any) -> dict[str, Any]:

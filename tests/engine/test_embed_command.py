@@ -77,8 +77,14 @@ def test_dimensions_larger_than_the_model(capsys):
 
 
 def test_empty_string(capsys):
-    code, _, err = _embed(capsys, "fine", "  ")
+    code, _, err = _embed(capsys, "fine", "")
     assert code == 2 and "text 1 is empty" in err
+
+
+@pytest.mark.parametrize("blank", ["  ", "\t\n", "\x00", "\u200b", "\u200b \ufeff"])
+def test_a_text_with_nothing_visible_is_refused(capsys, blank):
+    code, _, err = _embed(capsys, "fine", blank)
+    assert code == 2 and "text 1 has no visible text" in err
 
 
 def test_text_longer_than_the_limit_names_it(capsys):
@@ -159,7 +165,8 @@ def test_batches_keep_input_order_within_the_token_budget():
 
 
 def test_a_text_that_tokenizes_to_nothing_is_named(default_model_dir):
-    """Without a post-processor ([CLS] ... [SEP]) a control character tokenizes to no ids; the
+    """Without a post-processor ([CLS] ... [SEP]) a lone combining accent (stripped by
+    the normalizer) tokenizes to no ids; the
     error names that text, not a sequence of some later batch."""
     from tokenizers import Tokenizer
 
@@ -171,7 +178,7 @@ def test_a_text_that_tokenizes_to_nothing_is_named(default_model_dir):
     tokenizer = Tokenizer.from_str(json.dumps(raw))
     tokenizer.no_padding()  # as load_tokenizer does: the packaged file pads to 128
     with pytest.raises(InvalidInputError, match="^text 2 tokenizes to no tokens$"):
-        encode_texts(tokenizer, ["hello", "world", "\x01"], "", 256, 30522)
+        encode_texts(tokenizer, ["hello", "world", "\u0301"], "", 256, 30522)
 
 
 def test_several_batches_give_the_same_vectors_in_order(capsys):

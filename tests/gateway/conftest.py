@@ -57,8 +57,18 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
 
     def Embed(self, request, context):
         owner = self.owner
-        self._begin(context)
         ids, rows = self._rows(request)
+        with owner.lock:  # admission, as the server does it: past the bound, busy at once
+            if owner.max_inflight_tokens and (
+                    owner.in_flight_tokens + len(ids) > owner.max_inflight_tokens):
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "stand-in at its bound")
+            owner.in_flight_tokens += len(ids)
+            owner.peak_in_flight_tokens = max(owner.peak_in_flight_tokens, owner.in_flight_tokens)
+        try:
+            self._begin(context)
+        finally:
+            with owner.lock:
+                owner.in_flight_tokens -= len(ids)
         sequences = len(rows)
         if request.dimensions:
             rows = rows[:, :request.dimensions]
@@ -92,7 +102,8 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
         return embed_pb2.InfoResponse(
             model="stand-in", architecture="bert", dimensions=WIDTH, max_tokens=512,
             max_request_tokens=1_000_000, pooling="mean", normalize=True,
-            templates={"query": "query: "}, version="test", vocab_size=VOCAB)
+            templates={"query": "query: "}, version="test", vocab_size=VOCAB,
+            max_inflight_tokens=self.owner.max_inflight_tokens)
 
 
 class StandIn:
@@ -107,6 +118,8 @@ class StandIn:
         self.fail_next: list[grpc.StatusCode] = []
         self.info_failures = 0  # how many Info calls to answer UNAVAILABLE before answering
         self.delay = 0.0
+        self.max_inflight_tokens = 0  # the admission bound Info reports and Embed enforces
+        self.in_flight_tokens = self.peak_in_flight_tokens = 0
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         embed_pb2_grpc.add_EmbedderServicer_to_server(StandInEmbedder(self), self.server)
         self.health = health_servicer or health.HealthServicer()

@@ -3,6 +3,8 @@
 import socket
 import subprocess
 
+import pytest
+
 from tests.conftest import hedgerow_command
 
 
@@ -35,9 +37,20 @@ def test_a_taken_port_is_a_clear_error_for_gateway_and_serve(subprocess_env):
         port = str(busy.getsockname()[1])
         done = run(["gateway", "--servers", "127.0.0.1:1", "--port", port], subprocess_env)
         assert done.returncode == 2 and "cannot listen on" in done.stderr
+        assert "is another process using it?" in done.stderr
         done = run(["serve", "--port", port], subprocess_env)
         assert done.returncode == 2 and "is in use" in done.stderr
         assert "starting the server" not in done.stderr  # nothing was started
+
+
+@pytest.mark.parametrize("host, says", [
+    ("::1::", "--host ::1::: cannot resolve it"),
+    ("192.0.2.7", "cannot listen on 192.0.2.7:"),  # an address on no machine
+])
+def test_a_bad_host_is_named_without_a_port_hint(subprocess_env, host, says):
+    done = run(["gateway", "--servers", "127.0.0.1:1", "--host", host], subprocess_env)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert "--port" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_help_lists_every_flag_with_its_variable(subprocess_env):

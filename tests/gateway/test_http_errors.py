@@ -37,8 +37,8 @@ def post(client, body):
     (b"{not json", "not valid JSON"),
     (b"", "body is empty"),
     (b'{"model": "all-MiniLM-L6-v2", "input": "caf\xe9"}', "not valid UTF-8"),
-    (b"[1, 2]", "valid dictionary"),
-    (b'"just a string"', "valid dictionary"),
+    (b"[1, 2]", "request body: must be a JSON object"),
+    (b'"just a string"', "request body: must be a JSON object"),
     (b"[" * 9000 + b"]" * 9000, "nested too deeply"),
 ])
 def test_malformed_bodies_are_400(client, raw, says):
@@ -61,6 +61,8 @@ def test_malformed_bodies_are_400(client, raw, says):
     ({"model": MODEL, "input": []}, "input", "empty list"),
     ({"model": MODEL, "input": ""}, "input", "empty string"),
     ({"model": MODEL, "input": ["ok", ""]}, "input", "input[1] is an empty string"),
+    ({"model": MODEL, "input": "   "}, "input", "no visible text"),
+    ({"model": MODEL, "input": ["ok", "\u200b\u0000"]}, "input", "input[1] has no visible"),
     ({"model": MODEL, "input": [[]]}, "input", "empty token list"),
     ({"model": MODEL, "input": "x", "dimensions": 0}, "dimensions", "between 1 and 384"),
     ({"model": MODEL, "input": "x", "dimensions": -3}, "dimensions", "between 1 and 384"),
@@ -124,7 +126,7 @@ def test_a_good_request_still_works_beside_them(client):
 @pytest.fixture
 def keyed(gateway_factory, standins, tmp_path):
     keys = tmp_path / "keys"
-    keys.write_text("# team keys\nsk-first\n\nsk-second\n")
+    keys.write_text("# team keys\nsk-first\n\n  # sk-retired, indented\nsk-second\n")
     return gateway_factory(servers=[standins[0].address], api_keys_file=keys)
 
 
@@ -133,6 +135,7 @@ def keyed(gateway_factory, standins, tmp_path):
     ({"Authorization": "Bearer sk-wrong"}, "incorrect API key"),
     ({"Authorization": "Basic sk-first"}, "Bearer"),
     ({"Authorization": "Bearer "}, "Bearer"),
+    ({"Authorization": "Bearer # sk-retired, indented"}, "incorrect API key"),  # a comment
 ])
 def test_missing_or_wrong_api_key_is_401(keyed, headers, says):
     answer = keyed.post(URL, json={"model": MODEL, "input": "x"}, headers=headers)
@@ -158,7 +161,8 @@ def test_error_statuses_are_counted_by_route(client):
 
 def test_a_text_that_tokenizes_to_nothing_is_400(gateway_factory, standins, default_model_dir,
                                                  tmp_path):
-    """Without a post-processor ([CLS] ... [SEP]) a control character tokenizes to no ids: a
+    """Without a post-processor ([CLS] ... [SEP]) a lone combining accent (stripped by
+    the normalizer) tokenizes to no ids: a
     400 naming the input (or document), not an empty sequence sent to a server."""
     import json
 
@@ -171,10 +175,10 @@ def test_a_text_that_tokenizes_to_nothing_is_400(gateway_factory, standins, defa
     client = gateway_factory(servers=[standins[0].address], model=tmp_path,
                              served_model_name=MODEL)
     calls = standins[0].calls
-    assert_error(post(client, {"model": MODEL, "input": ["hello", "\x01"]}), 400,
+    assert_error(post(client, {"model": MODEL, "input": ["hello", "\u0301"]}), 400,
                  param="input", code="empty_input", says="input[1] tokenizes to no tokens")
     assert_error(client.post("/v1/rerank", json={"model": MODEL, "query": "bees",
-                                                 "documents": ["hives", "\x01"]}),
+                                                 "documents": ["hives", "\u0301"]}),
                  400, param="documents", code="empty_input",
                  says="documents[1] tokenizes to no tokens")
     assert standins[0].calls == calls

@@ -159,6 +159,26 @@ def test_oversized_body_is_413(stack):
     assert answer.json()["error"]["code"] == "body_too_large"
 
 
+@pytest.mark.parametrize("length", [b"1e5", b"99999999999999999999", b"+5"])
+def test_a_request_the_http_parser_refuses_gets_openais_shape(stack, length):
+    """The parser (before the app) refuses these heads; the answer is still OpenAI's shape."""
+    import json
+    import socket
+
+    _, gateway = stack
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as conn:
+        conn.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + length + b"\r\n\r\n{}")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "malformed_http" and "Content-Length" in error["message"]
+
+
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer sk-wrong"}])
 def test_a_missing_or_wrong_api_key_is_401(stack, headers):
     _, gateway = stack

@@ -15,9 +15,10 @@ from hedgerow.gateway.router import least_loaded
 MODEL = "all-MiniLM-L6-v2"
 
 
-def replica(name, tokens=0, ready=True, last=0):
+def replica(name, tokens=0, ready=True, last=0, bound=0):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
-                                 last_chosen=last)
+                                 last_chosen=last,
+                                 info=types.SimpleNamespace(max_inflight_tokens=bound))
 
 
 def test_least_loaded_picks_fewest_in_flight_tokens_among_ready():
@@ -26,6 +27,15 @@ def test_least_loaded_picks_fewest_in_flight_tokens_among_ready():
     assert least_loaded([a, b, c], exclude=[b]) is a
     assert least_loaded([c]) is None
     assert least_loaded([a], exclude=[a]) is None
+
+
+def test_only_replicas_with_room_under_their_bound_are_chosen():
+    a, b = replica("a", 900, bound=1000), replica("b", 50, bound=100)
+    assert least_loaded([a, b], tokens=60) is a       # b would pass its bound
+    assert least_loaded([a, b], tokens=200) is None   # neither has room: wait
+    idle = replica("c", 0, bound=100)
+    assert least_loaded([idle], tokens=500) is idle   # an idle replica always takes a chunk
+    assert least_loaded([replica("d", 10**9)], tokens=10**9) is not None  # 0: no bound
 
 
 def test_ties_go_to_the_replica_chosen_longest_ago():
@@ -51,6 +61,23 @@ def test_a_large_request_is_split_over_both_replicas_in_input_order(standins, ga
     assert len(first.chunks) >= 2 and len(second.chunks) >= 2
     assert sum(first.chunks) + sum(second.chunks) == 300
     assert first.tokens + second.tokens == answer.json()["usage"]["prompt_tokens"]
+
+
+def test_a_request_past_the_servers_admission_bounds_is_paced_not_refused(standins,
+                                                                            gateway_factory):
+    """Chunks wait for room under each server's Info bound instead of being sent at once and
+    turned away as busy (which no retry could fix)."""
+    for server in standins:
+        server.max_inflight_tokens, server.delay = 200, 0.02
+    client = gateway_factory(chunk_tokens=64)
+    texts = [f"text {i} " + "word " * 20 for i in range(120)]  # about 3,000 tokens
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": texts})
+    assert answer.status_code == 200, answer.text
+    data = answer.json()["data"]
+    assert [item["embedding"][1] for item in data] == token_sums(client, texts)
+    for server in standins:
+        assert 0 < server.peak_in_flight_tokens <= 200
+    assert "hedgerow_retries_total{" not in client.get("/metrics").text
 
 
 def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_factory):

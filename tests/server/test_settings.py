@@ -62,3 +62,16 @@ def test_bad_graph_settings_fail_at_start_on_cpu_too(subprocess_env):
                           env=subprocess_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--graph-seq-buckets 1,abc: every entry must be an integer" in done.stderr
+
+
+def test_the_server_permits_the_gateways_keepalive_pings():
+    """grpc's default server policy (one ping per 5 minutes without data) answers a gateway's
+    10 s keepalive with GOAWAY too_many_pings, and the gateway drops the replica briefly."""
+    from hedgerow.gateway.replicas import CHANNEL_OPTIONS
+    from hedgerow.server.app import grpc_options
+
+    server = dict(grpc_options(load()))
+    client = dict(CHANNEL_OPTIONS)
+    assert server["grpc.keepalive_permit_without_calls"] == 1
+    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] <= (
+        client["grpc.keepalive_time_ms"])

@@ -59,6 +59,31 @@ def test_sigterm_drains_in_flight_work_then_exits_zero(start_server):
     assert "event=server.draining" in log and "drained=True" in log
 
 
+def test_an_open_health_watch_does_not_hold_an_idle_shutdown_for_the_grace(start_server):
+    """A gateway keeps a grpc.health.v1 Watch stream open on every server; that stream never
+    ends on its own, so stopping with the remaining grace always waited all of it."""
+    server = start_server("--shutdown-grace", "120")
+    with grpc.insecure_channel(server.address) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+        assert next(watch).status == SERVING
+        server.proc.send_signal(15)
+        assert server.proc.wait(60) == 0  # not the 120 s grace
+        assert NOT_SERVING in [reply.status for reply in _until_closed(watch)]
+    log = server.log_text()
+    seconds = float(log.split("event=server.stopped")[1].split("seconds=")[1].split()[0])
+    assert "drained=True" in log and seconds < 60
+
+
+def _until_closed(stream):
+    statuses = []
+    try:
+        for reply in stream:
+            statuses.append(reply)
+    except grpc.RpcError:
+        pass
+    return statuses
+
+
 def test_health_is_not_serving_until_the_model_is_loaded():
     # In-process: the real app and engine, with the loader held back by an event so the
     # window before the model is loaded can be observed deterministically.
