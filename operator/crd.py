@@ -41,9 +41,10 @@ def _tolerations(component: str) -> dict:
     item = obj(
         {
             "key": string("Taint key the toleration matches; empty with Exists matches all.",
-                          max_length=253),
+                          max_length=253, pattern=f"^$|{QUALIFIED_NAME}"),
             "operator": string("Exists or Equal.", enum=("Exists", "Equal"), default="Equal"),
-            "value": string("Taint value to match with Equal.", max_length=253),
+            "value": string("Taint value to match with Equal.", max_length=63,
+                            pattern=LABEL_VALUE),
             "effect": string("Taint effect to match; empty matches all.",
                              enum=("NoSchedule", "PreferNoSchedule", "NoExecute")),
             "tolerationSeconds": integer("With NoExecute, how long the pod stays bound.",
@@ -156,6 +157,28 @@ RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys")
 # An extended resource name (domain/name), so never cpu, memory or a bare word.
 EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# What the API server checks on the children (names of Secrets, PVCs, PriorityClasses; label
+# and taint keys and values): checked here so such a spec is refused on apply.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+# Children are named <name>, <name>-server and <name>-gateway: a resource named like another's
+# child would write that child.
+CHILD_SUFFIXES = ("-server", "-gateway")
+
+
+def node_selector(component: str) -> dict:
+    return string_map(
+        f"Node labels a {component} pod must match.", max_value_length=63,
+        value_pattern=LABEL_VALUE,
+        rules=(Rule(f"self.all(k, k.matches('{QUALIFIED_NAME}'))",
+                    "nodeSelector keys must be label keys: an optional DNS-subdomain prefix "
+                    "and '/', then at most 63 letters, digits, '-', '_' or '.', starting and "
+                    "ending with a letter or digit",
+                    lambda selector: all(re.fullmatch(QUALIFIED_NAME, key) for key in selector),
+                    reason="InvalidNodeSelector"),))
 
 
 def _cel_list(values: tuple[str, ...]) -> str:
@@ -181,7 +204,7 @@ MODEL = obj(
         "persistentVolumeClaim": obj(
             {
                 "claimName": string("Name of the PersistentVolumeClaim holding the model.",
-                                    min_length=1, max_length=253),
+                                    min_length=1, max_length=253, pattern=DNS_SUBDOMAIN),
                 "subPath": string("Sub-directory of the volume to mount.", max_length=1024),
             },
             "Mount the model from a PVC (read-only). Gateways mount it too, for the "
@@ -253,10 +276,10 @@ SERVER = obj(
                                    default="auto"),
         "compile": boolean("torch.compile the forward pass before graph capture (tens of "
                            "seconds at start).", default=False),
-        "nodeSelector": string_map("Node labels a server pod must match.",
-                                   max_value_length=63),
+        "nodeSelector": node_selector("server"),
         "tolerations": _tolerations("server"),
-        "priorityClassName": string("PriorityClass of the server pods.", max_length=253),
+        "priorityClassName": string("PriorityClass of the server pods.", max_length=253,
+                                    pattern=DNS_SUBDOMAIN),
         "maxUnavailable": integer("PodDisruptionBudget: server pods that may be evicted at "
                                   "once.", default=1, minimum=0, maximum=1000),
         "shutdownGraceSeconds": integer("On SIGTERM, how long a server keeps finishing admitted "
@@ -305,9 +328,10 @@ GATEWAY = obj(
         ),
         "apiKeySecret": obj(
             {
-                "name": string("Secret name.", min_length=1, max_length=253),
+                "name": string("Secret name.", min_length=1, max_length=253,
+                               pattern=DNS_SUBDOMAIN),
                 "key": string("Key holding the API keys, one per line.", default="api-keys",
-                              min_length=1, max_length=253),
+                              min_length=1, max_length=253, pattern=SECRET_KEY),
             },
             "Secret with the accepted API keys. Without it the API is open.",
             required=("name",),
@@ -315,8 +339,7 @@ GATEWAY = obj(
         "serviceType": string("Type of the gateway Service.",
                               enum=("ClusterIP", "NodePort", "LoadBalancer"),
                               default="ClusterIP"),
-        "nodeSelector": string_map("Node labels a gateway pod must match.",
-                                   max_value_length=63),
+        "nodeSelector": node_selector("gateway"),
         "tolerations": _tolerations("gateway"),
     },
     "The HTTP gateways: tokenize, chunk, route to servers, merge.",
@@ -434,6 +457,11 @@ ROOT = obj(
              "with a letter and ending with a letter or digit (it names Services)",
              lambda body: re.fullmatch(DNS_LABEL, body.get("metadata", {}).get("name", "a"))
              is not None,
+             reason="InvalidName"),
+        Rule(" && ".join(f"!self.metadata.name.endsWith('{suffix}')" for suffix in CHILD_SUFFIXES),
+             "metadata.name must not end in " + " or ".join(CHILD_SUFFIXES) + ": the children "
+             "of another EmbeddingService are named that way",
+             lambda body: not body.get("metadata", {}).get("name", "").endswith(CHILD_SUFFIXES),
              reason="InvalidName"),
     ),
 )

@@ -6,7 +6,9 @@ warmup.py, how to talk to the API from kube.py. Reconciliation is level-based an
 every call applies the whole desired state (server-side apply), so create, update, resume and
 the drift-repair timer all run the same `reconcile`. A spec that cannot be reconciled becomes
 `Ready=False` with a reason and an event, and no child is touched: nothing half-built, no retry
-loop. API failures raise kopf.TemporaryError, which kopf retries with a delay.
+loop. That includes what only the API server can judge (a child name another object holds, a
+child its validation or admission refuses), asked before any write. Other API failures raise
+kopf.TemporaryError, which kopf retries with a delay.
 """
 
 import asyncio
@@ -24,6 +26,11 @@ from hedgerow.operator.manifests import build_all, unwanted
 from hedgerow.operator.spec import Service, SpecError, parse
 
 MODEL_VOLUME_MISSING = "ModelVolumeNotFound"
+NAME_CONFLICT = "ChildNameTaken"
+REJECTED = "RejectedByApiServer"
+# Answers that say "this object, as written, will not be accepted" (validation, admission,
+# quota): retrying the same spec cannot help, so they become Ready=False, not a retry loop.
+REFUSALS = frozenset({400, 403, 422})
 RETRY_DELAY_SECONDS = 10
 
 
@@ -79,6 +86,31 @@ async def _preflight(ctx: Context, service: Service) -> None:
                         f"{service.namespace!r}")
 
 
+async def _check_children(ctx: Context, service: Service, manifests: list[dict]) -> None:
+    """What only the API server can say, asked before anything is written, so a refused spec
+    leaves no half-built children: a child name already taken by an object this resource does
+    not own (applying would take it over), and a child the API server's validation or
+    admission would refuse (a server-side dry run of every child)."""
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        found = await ctx.kube.get(manifest["apiVersion"], manifest["kind"], meta["namespace"],
+                                   meta["name"])
+        if found is not None and not names.owned_by(found, service):
+            raise SpecError(NAME_CONFLICT,
+                            f"{manifest['kind']} {meta['name']!r} already exists in namespace "
+                            f"{service.namespace!r} and is not owned by this EmbeddingService; "
+                            "rename this resource or remove that object")
+    for manifest in manifests:
+        try:
+            await ctx.kube.apply(manifest, dry_run=True)
+        except ApiError as error:
+            if error.status not in REFUSALS:
+                raise
+            raise SpecError(REJECTED, f"the API server refuses {manifest['kind']} "
+                                      f"{manifest['metadata']['name']!r}: {error.message}"
+                            ) from None
+
+
 async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
                     logger: logging.Logger) -> None:
     """Bring every child to the spec's desired state, then refresh status."""
@@ -86,6 +118,8 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     try:
         service = parse(body)
         await _preflight(ctx, service)
+        manifests = build_all(service)
+        await _check_children(ctx, service, manifests)
     except SpecError as error:
         logger.warning("spec rejected: %s: %s", error.reason, error.message)
         _write_conditions(body, patch, status.invalid_conditions(
@@ -97,7 +131,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     try:
         if service.autoscaled:
             await hand_replicas_to_hpa(ctx.kube, service)
-        for manifest in build_all(service):
+        for manifest in manifests:
             await ctx.kube.apply(manifest)
         for child in unwanted(service):
             if await ctx.kube.delete(child.api_version, child.kind, service.namespace,

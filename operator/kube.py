@@ -38,6 +38,7 @@ class ApiError(Exception):
     def __init__(self, status: int, method: str, path: str, message: str) -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {message}")
         self.status = status
+        self.message = message
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -142,8 +143,9 @@ class KubeClient:
                 if labels.items() <= ((item.get("metadata") or {}).get("labels") or {}).items()]
 
     async def apply(self, manifest: Mapping[str, Any],
-                    field_manager: str = FIELD_MANAGER) -> dict:
-        """Server-side apply as `field_manager`, taking conflicting fields (force).
+                    field_manager: str = FIELD_MANAGER, dry_run: bool = False) -> dict:
+        """Server-side apply as `field_manager`, taking conflicting fields (force); with
+        `dry_run`, validated and admitted by the API server but not stored.
 
         Where the API answers 404 for a missing object (an API server without apply-create),
         the object is created instead; the next apply then takes ownership of its fields."""
@@ -151,6 +153,8 @@ class KubeClient:
         path = object_path(manifest["apiVersion"], manifest["kind"], meta["namespace"],
                            meta["name"])
         params = {"fieldManager": field_manager, "force": "true"}
+        if dry_run:
+            params["dryRun"] = "All"
         try:
             return await self._call("PATCH", path, body=manifest, content_type=APPLY,
                                     params=params)
@@ -159,8 +163,8 @@ class KubeClient:
                 raise
         collection = collection_path(manifest["apiVersion"], manifest["kind"], meta["namespace"])
         try:
-            return await self._call("POST", collection, body=manifest,
-                                    params={"fieldManager": field_manager})
+            return await self._call("POST", collection, body=manifest, params={
+                key: value for key, value in params.items() if key != "force"})
         except ApiError as error:
             if error.status != 409:
                 raise

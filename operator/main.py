@@ -31,13 +31,15 @@ log = logging.getLogger("hedgerow.operator")
 class OperatorSettings:
     namespaces: tuple[str, ...] = settings_lib.setting(
         (),
-        "Namespaces to watch, comma separated (globs allowed). Empty watches the whole "
-        "cluster, which needs the chart's ClusterRole.",
+        "Namespaces to watch, comma separated. Globs (ml-*) are allowed and need permission "
+        "to list and watch namespaces cluster-wide; empty watches the whole cluster, which "
+        "needs the chart's ClusterRole.",
     )
     resync_interval: float = settings_lib.setting(
         30.0,
         "How often every EmbeddingService is re-applied in full, repairing drift (a deleted "
-        "or edited child). Each pass costs about ten API requests per resource.",
+        "or edited child). Each pass costs about thirty API requests per resource (read, "
+        "dry-run and apply each child, then status).",
         unit="seconds", minimum=0.1,
     )
     warmup_interval: float = settings_lib.setting(

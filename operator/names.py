@@ -4,7 +4,7 @@ Owns DESIGN.md's fixed names as constants and the helpers that derive a child's 
 selector and ownerReference from the parent. Knows nothing about what the children contain.
 """
 
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from hedgerow.operator import crd
 from hedgerow.operator.spec import Service
@@ -66,6 +66,12 @@ def owner_reference(service: Service) -> dict:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def owned_by(obj: Mapping[str, Any], service: Service) -> bool:
+    """Whether `obj` (as read from the API) names `service` among its owners."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(owner.get("uid") == service.uid for owner in owners)
 
 
 def metadata(service: Service, name: str, component: Component) -> dict:

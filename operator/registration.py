@@ -18,6 +18,12 @@ from hedgerow.operator.kube import KubeClient
 RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
 
 
+def needs_namespace_scanning(namespaces: tuple[str, ...]) -> bool:
+    """kopf lists namespaces to match globs (ml-*) and the whole cluster when none is named;
+    exact names need no cluster-wide read. With scanning off, kopf drops a glob silently."""
+    return not namespaces or any(char in ns for ns in namespaces for char in "*?[")
+
+
 def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
     """Register every handler on `registry`; `config` is an OperatorSettings."""
     ctx = handlers.Context(config=config, kube=KubeClient())
@@ -28,7 +34,7 @@ def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        if config.namespaces:
+        if not needs_namespace_scanning(config.namespaces):
             # Watching named namespaces needs no cluster-wide reads (namespaces, CRDs), so
             # the chart's per-namespace Roles are all the operator holds.
             settings.scanning.disabled = True

@@ -76,10 +76,16 @@ def quantity(description: str, *, default: str | None = None) -> Node:
 
 
 def string_map(description: str, *, max_properties: int = 64,
-               max_value_length: int = 4096) -> Node:
-    return {"type": "object", "description": description,
-            "additionalProperties": {"type": "string", "maxLength": max_value_length},
-            "maxProperties": max_properties}
+               max_value_length: int = 4096, value_pattern: str | None = None,
+               rules: tuple[Rule, ...] = ()) -> Node:
+    values: Node = {"type": "string", "maxLength": max_value_length}
+    if value_pattern is not None:
+        values["pattern"] = value_pattern
+    node: Node = {"type": "object", "description": description, "additionalProperties": values,
+                  "maxProperties": max_properties}
+    if rules:
+        node[_RULES] = rules
+    return node
 
 
 def array(items: Node, description: str, *, max_items: int, min_items: int | None = None,

@@ -39,18 +39,27 @@ class WarmupReport:
     hot_set_captured: int
     coverage: float  # share of the hot set captured
     error: str | None = None  # why loading failed, when it did
+    # Health SERVING: warmup has returned. A hot-set shape that could not be captured (over
+    # the graph memory limit, or a failed capture) runs eagerly, slower but correct, so a
+    # serving replica joins traffic whatever its coverage; waiting for 1.0 would keep it out
+    # for good.
+    serving: bool = False
 
     @property
     def warm(self) -> bool:
-        return self.loaded and (self.coverage >= 1.0 or self.hot_set == 0)
+        return self.loaded and (self.coverage >= 1.0 or self.hot_set == 0 or self.serving)
 
     def describe(self) -> str:
         if self.error:
             return f"model failed to load: {self.error}"[:300]
         if not self.loaded:
             return "model loading"
-        return (f"{self.hot_set_captured}/{self.hot_set} hot graphs captured "
+        text = (f"{self.hot_set_captured}/{self.hot_set} hot graphs captured "
                 f"(coverage {self.coverage:.2f})")
+        if self.serving and self.hot_set_captured < self.hot_set:
+            text += (f"; warmup done, {self.hot_set - self.hot_set_captured} run eagerly (graph "
+                     "memory limit or a failed capture: see the server's log)")
+        return text
 
 
 def parse_report(raw: bytes) -> WarmupReport:
@@ -73,9 +82,12 @@ def parse_report(raw: bytes) -> WarmupReport:
     if not isinstance(loaded, bool):
         raise WarmupUnavailable("/warmup field 'loaded' is not a boolean")
     error = data.get("error")
+    serving = data.get("serving", False)
+    if not isinstance(serving, bool):
+        raise WarmupUnavailable("/warmup field 'serving' is not a boolean")
     return WarmupReport(loaded=loaded, captured=captured, hot_set=hot_set,
                         hot_set_captured=hot_captured, coverage=coverage,
-                        error=str(error) if error else None)
+                        error=str(error) if error else None, serving=serving)
 
 
 async def fetch_report(session: aiohttp.ClientSession, ip: str, port: int,

@@ -154,6 +154,11 @@ def test_server_image_takes_flash_attn_as_an_option():
     assert ("ARG", 'FLASH_ATTN_SPEC=""') in steps
     base = next(arg for word, arg in steps if word == "ARG" and arg.startswith("BASE_IMAGE="))
     assert "cuda" in base
+    # The CUDA engine's varlen attention needs torch 2.10+; a base without it fails the build.
+    major, minor = (int(part) for part in base.split(":")[1].split(".")[:2])
+    assert (major, minor) >= (2, 10), base
+    assert any(word == "RUN" and "import torch.nn.attention.varlen" in arg
+               for word, arg in steps)
 
 
 def test_link_default_model_runs(tmp_path, default_model_dir):

@@ -221,3 +221,14 @@ def test_graph_defaults_always_fit_the_grid(graphs, buckets, hot):
     env = build_server_config(parse(body))["data"]
     assert env["HEDGEROW_GRAPH_SEQ_BUCKETS"] == buckets
     assert env["HEDGEROW_GRAPH_HOT_SET"] == hot
+
+
+def test_cpu_servers_get_threads_for_their_cpu_request_not_the_nodes_cores():
+    from hedgerow.operator.build_server import cpu_threads, server_env
+
+    assert [cpu_threads(q) for q in ("4", "500m", 0.5, "2.5", "1e1", "1e0.5", "1k")] == [
+        3, 1, 1, 2, 9, 3, 999]
+    body = copy.deepcopy(BASE)
+    body["spec"]["server"].update(gpus=0, cpu="6")
+    assert server_env(parse(body))["HEDGEROW_CPU_THREADS"] == "5"
+    assert "HEDGEROW_CPU_THREADS" not in server_env(_service("defaults"))  # a GPU server

@@ -67,6 +67,13 @@ MUTATIONS = [
     lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="/abs"),
     lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="a/../b"),
     lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="models/..x"),
+    lambda b: b["spec"]["server"].update(nodeSelector={"nvidia.com/gpu.product": "H200",
+                                                       "pool": "gpu"}),
+    lambda b: b["spec"]["server"].update(nodeSelector={"gpu type": "h200"}),
+    lambda b: b["spec"]["gateway"].update(nodeSelector={"example.com/": "x"}),
+    lambda b: b["metadata"].update(name="emb-server"),
+    lambda b: b["metadata"].update(name="search-gateway"),
+    lambda b: b["metadata"].update(name="servers-gateways-1"),
 ]
 
 

@@ -88,6 +88,28 @@ def test_strict_schema_rejects_unknown_fields():
         jsonschema.Draft202012Validator(strict).validate(body)
 
 
+@pytest.mark.parametrize("mutate, field", [
+    (lambda s: s["model"].update(persistentVolumeClaim={"claimName": "My_Claim"}),
+     "claimName"),
+    (lambda s: s["server"].update(priorityClassName="High Priority"), "priorityClassName"),
+    (lambda s: s["gateway"].update(apiKeySecret={"name": "keys", "key": "a key"}), "key"),
+    (lambda s: s["gateway"].update(apiKeySecret={"name": "Keys!"}), "name"),
+    (lambda s: s["server"].update(tolerations=[{"key": "gpu type", "operator": "Exists"}]),
+     "key"),
+    (lambda s: s["server"].update(nodeSelector={"gpu": "h200 sxm"}), "nodeSelector"),
+])
+def test_names_the_api_server_would_refuse_are_refused_by_the_schema(mutate, field):
+    """Each would pass on to a child the API server refuses (HTTP 422) half-way through."""
+    body = yaml.safe_load(EXAMPLES[0].read_text())
+    body["spec"]["model"].pop("persistentVolumeClaim", None)
+    body["spec"]["model"].pop("hostPath", None)
+    mutate(body["spec"])
+    strict = strict_json_schema(crd.open_api_schema())
+    with pytest.raises(jsonschema.ValidationError) as raised:
+        jsonschema.Draft202012Validator(strict).validate(body)
+    assert field in "/".join(str(p) for p in raised.value.absolute_path) + raised.value.message
+
+
 def test_crd_module_writes_the_file(tmp_path):
     assert crd.main(["--write", str(tmp_path)]) == 0
     assert (tmp_path / crd.CRD_FILE).read_text() == crd.crd_yaml()

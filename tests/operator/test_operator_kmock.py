@@ -285,6 +285,31 @@ async def test_invalid_resource_gets_a_clear_condition_and_no_children(cluster, 
                     if item["metadata"]["name"].startswith("bad")], plural
 
 
+async def test_a_child_name_held_by_someone_else_is_not_taken_over(cluster):
+    """The gateway Service would be named `clash`; a user's Service already is. Applying with
+    force would silently take it over: Ready=False instead, and nothing written."""
+    users = {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": "clash", "namespace": cluster.namespace,
+                          "resourceVersion": "1"},
+             "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}}
+    await cluster.post(f"/api/v1/namespaces/{cluster.namespace}/services", users)
+    await cluster.post(cluster.cr_path, cluster.resource("clash"))
+
+    async def rejected():
+        cond = await _condition(cluster, "clash", "Ready")
+        return cond if cond and cond["reason"] == handlers.NAME_CONFLICT else None
+
+    cond = await cluster.eventually(rejected, "Ready=False ChildNameTaken")
+    assert "Service 'clash' already exists" in cond["message"]
+    service = await cluster.get(cluster.child_path("v1", "services", "clash"))
+    assert service["spec"]["selector"] == {"app": "theirs"}
+    assert not service["metadata"].get("ownerReferences")
+    for api_version, plural, name in CHILDREN:
+        child = name.replace("emb", "clash")
+        if (plural, child) != ("services", "clash"):
+            assert await cluster.get(cluster.child_path(api_version, plural, child)) is None
+
+
 async def test_spec_turning_invalid_keeps_the_last_good_children(cluster):
     await cluster.post(cluster.cr_path, cluster.resource("emb"))
     await cluster.eventually(lambda: _all_children(cluster), "every child")

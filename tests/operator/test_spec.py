@@ -95,3 +95,12 @@ def test_graph_grid_on_the_grid_is_accepted():
         "hotSet": [{"sequences": 1, "tokens": 64}, {"sequences": 8, "tokens": 1280}]}))
     graphs = parse(body).spec["server"]["graphs"]
     assert graphs["hotSet"][1]["tokens"] == 1280 and graphs["memoryLimitMiB"] == 8192
+
+
+def test_globbed_namespaces_keep_kopfs_namespace_scanning_on():
+    """With scanning off kopf keeps exact names only: `--namespaces ml-*` watched nothing."""
+    from hedgerow.operator.registration import needs_namespace_scanning
+
+    assert not needs_namespace_scanning(("ml", "search"))
+    assert needs_namespace_scanning(("ml-*",)) and needs_namespace_scanning(("ml", "team-?"))
+    assert needs_namespace_scanning(())

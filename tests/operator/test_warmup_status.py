@@ -20,6 +20,19 @@ def test_parse_report_and_warmth():
     assert not failed.warm and "no config.json" in failed.describe()
 
 
+def test_a_serving_replica_whose_hot_set_could_not_all_be_captured_is_warm():
+    """Over the graph memory limit (or a failed capture) those shapes run eagerly and the
+    server serves; waiting for coverage 1.0 would keep the pod out of traffic for good."""
+    partial = parse_report(b'{"loaded": true, "serving": true, "captured": 2, "hot_set": 4, '
+                           b'"hot_set_captured": 2, "coverage": 0.5}')
+    assert partial.warm
+    assert "2/4 hot graphs captured" in partial.describe()
+    assert "2 run eagerly (graph memory limit or a failed capture" in partial.describe()
+    capturing = parse_report(b'{"loaded": true, "serving": false, "captured": 2, "hot_set": 4, '
+                             b'"hot_set_captured": 2, "coverage": 0.5}')
+    assert not capturing.warm and "eagerly" not in capturing.describe()
+
+
 @pytest.mark.parametrize("raw, fragment", [
     (b"<html>", "not JSON"),
     (b"[1]", "not a JSON object"),
@@ -27,6 +40,7 @@ def test_parse_report_and_warmth():
     (b'{"loaded": "yes"}', "not a boolean"),
     (b'{"loaded": true, "captured": "many"}', "malformed count"),
     (b'{"loaded": true, "hot_set": Infinity}', "malformed count"),
+    (b'{"loaded": true, "serving": "yes"}', "'serving' is not a boolean"),
 ])
 def test_malformed_reports_are_rejected(raw, fragment):
     with pytest.raises(WarmupUnavailable, match=fragment):
