@@ -82,8 +82,11 @@ def _engine(model_dir, **settings):
 
 def _sequences(lengths, seed):
     generator = torch.Generator().manual_seed(seed)
-    # ids from 3 up: XLM-R's reference numbering skips its padding id (1)
-    return [torch.randint(3, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+    sequences = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+    # XLM-R's padding id (1) as a token too, first and last: it takes the position padding_idx
+    # without being counted, a cumulative sum that must also hold inside graphs and compiled.
+    sequences[0][0] = sequences[-1][-1] = 1
+    return sequences
 
 
 def _embed(engine, sequences):
@@ -190,3 +193,16 @@ def test_compiled_forward_matches_eager(model_dir):
             assert_same_embeddings(_embed(engine, sequences), expected)
     report = engine.warmup_report()
     assert report["compiled"] and report["captured"] == 3 and report["eager_past_grid"] == 3
+
+
+def test_padding_aware_positions_on_the_device_match_the_host():
+    """The CUDA path feeds int32 ids and positions from its packed buffer; the host int64."""
+    from hedgerow.engine.models.bert import padding_aware_positions
+    from hedgerow.engine.positions import token_layout
+
+    ids = torch.tensor([1, 5, 1, 7, 1, 1, 9, 8, 1, 0, 0], dtype=torch.int32)
+    cu = torch.tensor([0, 5, 6, 9, 11], dtype=torch.int32)  # the last: tail padding
+    host = padding_aware_positions(ids.long(), token_layout(cu).position_ids, 1)
+    device = padding_aware_positions(ids.cuda(), token_layout(cu).position_ids.int().cuda(), 1)
+    assert host.tolist() == [1, 2, 1, 3, 1, 1, 2, 3, 1, 2, 3]
+    assert device.cpu().tolist() == host.tolist()
