@@ -57,6 +57,7 @@ class Replica:
         self.info: embed_pb2.InfoResponse | None = None
         self.in_flight_tokens = 0
         self.last_chosen = 0  # router's pick counter, for round-robin among equals
+        self.removed = False  # left discovery (its channel is closing)
         self._serving = False
         self._on_info, self._on_status = on_info, on_status
         self._retry_interval = retry_interval
@@ -185,6 +186,7 @@ class ReplicaSet:
         for address in sorted(self.replicas.keys() - wanted):
             log.info("%s", fields(event="replica.removed", replica=address))
             replica = self.replicas.pop(address)
+            replica.removed = True  # its metric series go with it: nothing may add them back
             self._on_status(replica)  # the ready set changed
             # Let chunks already on their way finish before the channel closes.
             task = asyncio.create_task(replica.close(grace=30.0), name=f"close {address}")

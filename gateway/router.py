@@ -12,9 +12,10 @@ HTTP or tokenization; gets sequences already cut into chunks.
 """
 
 import asyncio
+import collections
 import itertools
 import logging
-from typing import Awaitable, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Awaitable, Iterable, Protocol, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -106,7 +107,8 @@ class Router:
         self._replicas = replicas
         self._metrics = metrics
         self._picks = itertools.count(1)
-        self._released = asyncio.Event()  # set (and replaced) whenever a call's tokens go
+        self._changed = asyncio.Event()  # set (and replaced) when tokens go or the queue moves
+        self._waiting: collections.deque = collections.deque()  # tickets of chunks waiting
 
     def choose(self, exclude: Sequence[Replica] = (), tokens: int = 0) -> Replica | None:
         replica = least_loaded(self._replicas.ready(), exclude, tokens)
@@ -115,39 +117,63 @@ class Router:
         return replica
 
     async def _reserve(self, tokens: int, exclude: Sequence[Replica], deadline: float
-                       ) -> Replica:
+                       ) -> tuple[Replica, Any]:
         """The least-loaded ready replica (not in `exclude`) with room for `tokens`, those
-        tokens counted on it. When every one is full with this gateway's work, wait for room
-        (a large request is paced to the servers' admission bounds instead of being turned
-        away as busy) until the deadline. NoReplicaError when none is ready."""
+        tokens counted on it, and its in-flight gauge. When every one is full with this
+        gateway's work, wait for room (a large request is paced to the servers' admission
+        bounds instead of being turned away as busy) until the deadline, first come, first
+        served: while chunks wait, a newcomer queues behind them even if it would fit, so a
+        large chunk is never overtaken forever by small ones. NoReplicaError when none is
+        ready."""
         loop = asyncio.get_running_loop()
-        while True:
-            replica = self.choose(exclude, tokens)
-            if replica is not None:
-                self._count(replica, tokens)
-                return replica
-            if least_loaded(self._replicas.ready(), exclude) is None:
-                raise NoReplicaError(NO_REPLICA_MESSAGE)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise DeadlineError("the request's deadline passed while its chunks waited for "
-                                    "room on the embedding servers")
-            # Woken when a call ends; the timeout also re-checks replicas that became ready.
-            try:
-                await asyncio.wait_for(self._released.wait(), min(remaining, ROOM_RECHECK_S))
-            except asyncio.TimeoutError:
-                pass
+        ticket, queued = object(), False
+        try:
+            while True:
+                if not self._waiting or self._waiting[0] is ticket:
+                    replica = self.choose(exclude, tokens)
+                    if replica is not None:
+                        gauge = self._metrics.in_flight_tokens.labels(replica.address)
+                        self._count(replica, tokens, gauge)
+                        return replica, gauge
+                if least_loaded(self._replicas.ready(), exclude) is None:
+                    raise NoReplicaError(NO_REPLICA_MESSAGE)
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise DeadlineError("the request's deadline passed while its chunks waited "
+                                        "for room on the embedding servers")
+                if not queued:
+                    self._waiting.append(ticket)
+                    queued = True
+                # Woken when a call ends or the queue moves; the timeout also re-checks
+                # replicas that became ready.
+                try:
+                    await asyncio.wait_for(self._changed.wait(), min(remaining, ROOM_RECHECK_S))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            if queued:
+                self._waiting.remove(ticket)
+                self._wake()
 
-    def _count(self, replica: Replica, tokens: int) -> None:
+    @staticmethod
+    def _count(replica: Replica, tokens: int, gauge) -> None:
         replica.in_flight_tokens += tokens
-        self._metrics.in_flight_tokens.labels(replica.address).set(replica.in_flight_tokens)
+        gauge.set(replica.in_flight_tokens)
 
-    def _release(self, replica: Replica, tokens: int) -> None:
+    def _release(self, replica: Replica, tokens: int, gauge) -> None:
         """Uncount a call's tokens and wake every waiter (synchronous: safe in a cancelled
-        task's cleanup)."""
-        self._count(replica, -tokens)
-        self._released.set()
-        self._released = asyncio.Event()
+        task's cleanup). `gauge` is the one counted at reserve time: a replica that left
+        discovery meanwhile must not get its series back."""
+        self._count(replica, -tokens, gauge)
+        self._wake()
+
+    def _count_chunk(self, replica: Replica, outcome: str) -> None:
+        if not replica.removed:  # a departed replica's series are gone for good
+            self._metrics.chunks.labels(replica.address, outcome).inc()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def embed(
         self,
@@ -245,7 +271,7 @@ class Router:
         loop = asyncio.get_running_loop()
         tried: list[Replica] = []
         while True:
-            replica = await self._reserve(tokens, tried, deadline)
+            replica, gauge = await self._reserve(tokens, tried, deadline)
             tried.append(replica)
             remaining = deadline - loop.time()
             try:
@@ -255,7 +281,7 @@ class Router:
                 response = await getattr(replica.embedder, method)(request, timeout=remaining)
             except grpc.aio.AioRpcError as error:
                 code = error.code()
-                self._metrics.chunks.labels(replica.address, code.name).inc()
+                self._count_chunk(replica, code.name)
                 if code == grpc.StatusCode.UNAVAILABLE:
                     replica.suspect(error.details() or code.name)
                 another = least_loaded(self._replicas.ready(), tried) is not None
@@ -267,8 +293,8 @@ class Router:
                     continue
                 raise self._translate(error, replica) from None
             finally:
-                self._release(replica, tokens)
-            self._metrics.chunks.labels(replica.address, "OK").inc()
+                self._release(replica, tokens, gauge)
+            self._count_chunk(replica, "OK")
             return response
 
     @staticmethod

@@ -17,7 +17,6 @@ import orjson
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
 from hedgerow.gateway.errors import RequestError
-from hedgerow.texts import is_blank
 
 INPUT_SHAPES = "a string, a list of strings, a list of token ids or a list of token-id lists"
 
@@ -61,14 +60,12 @@ def _is_token(value: Any) -> bool:
 
 
 def check_text(text: str, where: str, param: str = "input") -> None:
-    """A text must have a visible character and be encodable as UTF-8; `where` names it in
-    the message."""
+    """A text must be non-empty and encodable as UTF-8; `where` names it in the message. A
+    text of only whitespace is embedded as the tokenizer encodes it, as OpenAI's API does (a
+    byte-level BPE tokenizer gives it real tokens; one that gives none is refused later)."""
     if not text:
         raise RequestError(f"{where} is an empty string; it must have text",
                            param=param, code="empty_input")
-    if is_blank(text):
-        raise RequestError(f"{where} has no visible text (only whitespace, control or "
-                           "zero-width characters)", param=param, code="empty_input")
     if not text.isascii():
         try:
             text.encode("utf-8")

@@ -25,6 +25,8 @@ def check_can_listen(host: str, port: int, what: str) -> None:
     that adding the port failed, and logs its own line. A probe, so a race with another
     process remains possible: the caller still handles the listener's own failure."""
     check_resolves(host, port)
+    if host in ("::", "[::]"):
+        return  # grpc falls back from the IPv6 wildcard to 0.0.0.0: only it can tell
     errors = []
     for family, kind, proto, _, address in socket.getaddrinfo(host, port,
                                                               type=socket.SOCK_STREAM):

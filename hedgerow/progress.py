@@ -17,7 +17,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 
 def _wanted() -> bool:
-    return sys.stderr.isatty() and logging.getLogger().isEnabledFor(logging.INFO)
+    stream = sys.stderr  # None when the process was started with stderr closed
+    return (stream is not None and stream.isatty()
+            and logging.getLogger().isEnabledFor(logging.INFO))
 
 
 @contextlib.contextmanager

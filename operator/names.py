@@ -69,9 +69,14 @@ def owner_reference(service: Service) -> dict:
 
 
 def owned_by(obj: Mapping[str, Any], service: Service) -> bool:
-    """Whether `obj` (as read from the API) names `service` among its owners."""
+    """Whether `obj` (as read from the API) belongs to `service`: owned by it, or by an
+    EmbeddingService of the same name whose uid differs (deleted and created again before the
+    garbage collector got to its children: applying adopts them, warm servers and all)."""
     owners = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(owner.get("uid") == service.uid for owner in owners)
+    return any(owner.get("uid") == service.uid
+               or (owner.get("kind") == crd.KIND and owner.get("name") == service.name
+                   and str(owner.get("apiVersion", "")).startswith(crd.GROUP + "/"))
+               for owner in owners)
 
 
 def metadata(service: Service, name: str, component: Component) -> dict:

@@ -207,11 +207,12 @@ async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio
         drained = await loop.drain(settings.shutdown_grace)
     # Handlers whose futures are complete still return and write their responses. Gateways'
     # health Watch streams never end on their own: waiting for them would always spend the
-    # whole grace, so wait for our handlers instead, then give writes a moment.
+    # whole grace, so wait for our handlers instead, then give writes a moment (even at the
+    # grace's end: the work is done, only the answers are left to send).
     while state.active_calls and time.monotonic() - began < settings.shutdown_grace:
         await asyncio.sleep(0.01)
     left = max(settings.shutdown_grace - (time.monotonic() - began), 0.0)
-    await server.stop(min(left, RESPONSE_WRITE_SECONDS) if drained else left)
+    await server.stop(RESPONSE_WRITE_SECONDS if drained else left)
     if loop is not None:
         await loop.close()
     log.info("%s", fields(event="server.stopped", drained=drained,

@@ -33,3 +33,16 @@ def test_no_bar_off_a_terminal_or_below_info(monkeypatch, capsys):
     assert "event=embed.done" in err and "loading weights" not in err
     err = _embed_stderr(monkeypatch, Terminal(), capsys, "--log-level", "warning")
     assert err == ""
+
+
+def test_a_closed_stderr_is_no_error(subprocess_env):
+    """Started with stderr closed (`2>&-`), Python's sys.stderr is None."""
+    import subprocess
+
+    from tests.conftest import hedgerow_command
+
+    done = subprocess.run(hedgerow_command("embed", "hello there"), env=subprocess_env,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120,
+                          close_fds=True, preexec_fn=lambda: __import__("os").close(2))
+    assert done.returncode == 0
+    assert len(json.loads(done.stdout)["data"]) == 1

@@ -20,7 +20,6 @@ from typing import Sequence
 from hedgerow import logs, settings
 from hedgerow.errors import HedgerowError, InvalidInputError, ModelLoadError
 from hedgerow.settings import setting
-from hedgerow.texts import is_blank
 
 HELP = ("Embed TEXT arguments with a Hugging Face model directory (default: the packaged "
         "all-MiniLM-L6-v2) and print the embeddings as JSON.")
@@ -96,11 +95,8 @@ def check_texts(texts: Sequence[str]) -> None:
     if not texts:
         raise InvalidInputError("no texts given: pass at least one TEXT")
     for i, text in enumerate(texts):
-        if not text:
+        if not text:  # whitespace alone is embedded as the tokenizer encodes it, as the API does
             raise InvalidInputError(f"text {i} is empty")
-        if is_blank(text):
-            raise InvalidInputError(f"text {i} has no visible text (only whitespace, control or "
-                                    "zero-width characters)")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates

@@ -61,8 +61,6 @@ def test_malformed_bodies_are_400(client, raw, says):
     ({"model": MODEL, "input": []}, "input", "empty list"),
     ({"model": MODEL, "input": ""}, "input", "empty string"),
     ({"model": MODEL, "input": ["ok", ""]}, "input", "input[1] is an empty string"),
-    ({"model": MODEL, "input": "   "}, "input", "no visible text"),
-    ({"model": MODEL, "input": ["ok", "\u200b\u0000"]}, "input", "input[1] has no visible"),
     ({"model": MODEL, "input": [[]]}, "input", "empty token list"),
     ({"model": MODEL, "input": "x", "dimensions": 0}, "dimensions", "between 1 and 384"),
     ({"model": MODEL, "input": "x", "dimensions": -3}, "dimensions", "between 1 and 384"),
@@ -121,6 +119,8 @@ def test_a_good_request_still_works_beside_them(client):
     answer = post(client, {"model": MODEL, "input": ["fine", "also fine"]})
     assert answer.status_code == 200
     assert answer.json()["object"] == "list"
+    # Whitespace alone is text, as in OpenAI's API: embedded as the tokenizer encodes it.
+    assert post(client, {"model": MODEL, "input": ["   ", "\n\n"]}).status_code == 200
 
 
 @pytest.fixture

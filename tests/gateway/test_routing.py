@@ -5,19 +5,21 @@ Hedgerow server with the same proto and trivial math; test_integration.py repeat
 important cases against real `hedgerow server` processes.
 """
 
+import asyncio
 import types
 
 import grpc
 import numpy as np
 
-from hedgerow.gateway.router import least_loaded
+from hedgerow.gateway.metrics import GatewayMetrics
+from hedgerow.gateway.router import Router, least_loaded
 
 MODEL = "all-MiniLM-L6-v2"
 
 
 def replica(name, tokens=0, ready=True, last=0, bound=0):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
-                                 last_chosen=last,
+                                 last_chosen=last, removed=False,
                                  info=types.SimpleNamespace(max_inflight_tokens=bound))
 
 
@@ -299,3 +301,64 @@ def test_a_large_tokenization_does_not_stall_a_small_request(standins, gateway_f
         finally:
             release.set()
         assert big.result(60).status_code == 200
+
+
+class _SlowEmbedder:
+    def __init__(self, metrics=None, forget=None):
+        self.metrics, self.forget, self.replica = metrics, forget, None
+
+    async def Embed(self, request, timeout):
+        if self.forget:  # discovery drops the replica mid-call, as ReplicaSet does
+            self.replica.removed = True
+            self.metrics.forget_replica(self.forget)
+        await asyncio.sleep(0.02)
+        return "ok"
+
+
+def _one_replica(bound, embedder):
+    rep = replica("a", bound=bound)
+    rep.address, rep.embedder = "10.0.0.9:50051", embedder
+    return rep, types.SimpleNamespace(ready=lambda: [rep])
+
+
+def test_a_large_chunk_is_not_overtaken_forever_by_small_ones():
+    """Waiting chunks are served first come, first served: a 95-token chunk under a bound of
+    100 got room only when in-flight fell to 5, which four clients of 10-token chunks never
+    let happen."""
+    rep, source = _one_replica(100, _SlowEmbedder())
+    chunk = types.SimpleNamespace(size=1)
+
+    async def main():
+        router = Router(source, GatewayMetrics())
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+
+        async def small_client():
+            while not done.is_set():
+                await router._send("Embed", None, chunk, 10, loop.time() + 30)
+
+        smalls = [asyncio.create_task(small_client()) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        try:
+            return await router._send("Embed", None, chunk, 95, loop.time() + 10)
+        finally:
+            done.set()
+            await asyncio.gather(*smalls)
+
+    assert asyncio.run(main()) == "ok"
+    assert rep.in_flight_tokens == 0
+
+
+def test_a_replica_dropped_mid_call_does_not_get_its_gauge_back():
+    metrics = GatewayMetrics()
+    embedder = _SlowEmbedder(metrics, forget="10.0.0.9:50051")
+    rep, source = _one_replica(0, embedder)
+    embedder.replica = rep
+
+    async def main():
+        router = Router(source, metrics)
+        await router._send("Embed", None, types.SimpleNamespace(size=1), 10,
+                           asyncio.get_running_loop().time() + 5)
+
+    asyncio.run(main())
+    assert "10.0.0.9" not in metrics.render().decode()

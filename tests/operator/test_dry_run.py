@@ -90,3 +90,28 @@ def test_a_transient_api_failure_is_retried_not_reported():
     else:
         raise AssertionError("a 503 must be a TemporaryError (kopf retries it)")
     assert kube.writes == []
+
+
+def test_children_of_a_recreated_resource_of_the_same_name_are_adopted_not_refused():
+    """Deleted and applied again before garbage collection: the old children (warm servers)
+    carry the old uid; they are this resource's, not someone else's."""
+    old_owner = {"apiVersion": "hedgerow.dev/v1alpha1", "kind": "EmbeddingService",
+                 "name": "emb", "uid": "old-uid", "controller": True}
+    stranger = dict(old_owner, name="other")
+
+    class Existing(RefusingKube):
+        def __init__(self, owner):
+            super().__init__("nothing", 422)
+            self.owner = owner
+
+        async def get(self, api_version, kind, namespace, name):
+            return {"metadata": {"name": name, "ownerReferences": [self.owner]}}
+
+    adopted = Existing(old_owner)
+    _reconcile(adopted)
+    assert len(adopted.writes) == 8
+    taken = Existing(stranger)
+    patch, _ = _reconcile(taken)
+    assert taken.writes == [] and taken.dry_runs == []
+    ready = next(c for c in patch.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == handlers.NAME_CONFLICT
