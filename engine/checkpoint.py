@@ -24,13 +24,17 @@ class Checkpoint:
 
     `progress` (a tqdm bar, or None) counts the tensors read out of those `require` named."""
 
-    def __init__(self, directory: Path, device: torch.device, dtype: torch.dtype,
-                 progress=None) -> None:
+    def __init__(self, directory: Path, device: torch.device, dtype: torch.dtype) -> None:
         self.directory, self.device, self.dtype = directory, device, dtype
         self._file_of = self._index(directory)
         self._handles: dict[Path, object] = {}
         self.prefix = ""
-        self._progress = progress
+        self.progress = None
+
+    @property
+    def tensor_count(self) -> int:
+        """Tensors in the files (heads included: `require` narrows the bar to those read)."""
+        return len(self._file_of)
 
     @staticmethod
     def _index(directory: Path) -> dict[str, Path]:
@@ -80,8 +84,8 @@ class Checkpoint:
             if len(missing) > 8:
                 shown += f" and {len(missing) - 8} more"
             raise ModelLoadError(f"missing tensors in {self.directory}: {shown}")
-        if self._progress is not None:
-            self._progress.reset(total=len(names))
+        if self.progress is not None:
+            self.progress.reset(total=len(names))
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self._file_of
@@ -100,8 +104,8 @@ class Checkpoint:
             tensor = handle.get_tensor(full)
         except SafetensorError as error:
             raise ModelLoadError(f"cannot read tensor {full!r} from {path}: {error}") from None
-        if self._progress is not None:
-            self._progress.update()
+        if self.progress is not None:
+            self.progress.update()
         return tensor.to(self.dtype)
 
     def close(self) -> None:

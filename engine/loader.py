@@ -101,8 +101,9 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
     st = read_sentence_transformers(directory)
-    with bar(0, "loading weights", unit="tensor") as progress:
-        checkpoint = Checkpoint(directory, device, torch_dtype, progress)
+    checkpoint = Checkpoint(directory, device, torch_dtype)
+    with bar(checkpoint.tensor_count, "loading weights", unit="tensor") as progress:
+        checkpoint.progress = progress
         if model_type == "qwen3":
             config: BertConfig | Qwen3Config = convert.qwen3_config(hf, causal)
             with torch.device("meta"):

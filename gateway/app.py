@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -45,6 +45,32 @@ TIMEOUT_HEADER = "x-request-timeout"
 OPENAI_TIMEOUT_HEADER = "x-stainless-read-timeout"
 # Responses with more floats than this are JSON-encoded off the event loop.
 INLINE_ENCODE_VALUES = 64 * 1024
+DISCONNECT_POLL_S = 0.25
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request its client abandoned; nobody reads it
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected before its answer was ready."""
+
+
+async def while_connected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it when the client disconnects: its chunks still waiting for
+    room are never sent and the servers drop its queued sequences (cancelled gRPC calls),
+    instead of spending the request's whole deadline on an answer nobody reads."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ClientGone()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 async def read_json(request: Request, limit: int) -> object:
@@ -153,8 +179,12 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     async def embeddings(request: Request, until: float = Depends(deadline)) -> Response:
         body = EmbeddingsRequest.model_validate(
             await read_json(request, settings.max_body_bytes))
-        result = await service.embed(body.input, model=body.model, dimensions=body.dimensions,
-                                     input_type=body.input_type, deadline=until)
+        try:
+            result = await while_connected(request, service.embed(
+                body.input, model=body.model, dimensions=body.dimensions,
+                input_type=body.input_type, deadline=until))
+        except ClientGone:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         encode = functools.partial(
             embeddings_body, result.embeddings, model=service.card.name,
             prompt_tokens=result.prompt_tokens, encoding_format=body.encoding_format or "float")
@@ -167,7 +197,10 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     @app.post("/v1/rerank", dependencies=[Depends(authorized)])
     async def rerank(request: Request, until: float = Depends(deadline)) -> Response:
         body = RerankRequest.model_validate(await read_json(request, settings.max_body_bytes))
-        result = await reranker.rerank(body, deadline=until)
+        try:
+            result = await while_connected(request, reranker.rerank(body, deadline=until))
+        except ClientGone:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         return Response(rerank_body(result, model=service.card.name,
                                     return_documents=body.return_documents),
                         media_type="application/json")

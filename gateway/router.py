@@ -276,8 +276,8 @@ class Router:
             remaining = deadline - loop.time()
             try:
                 if remaining <= 0:
-                    raise DeadlineError("the request's deadline passed before its chunks were "
-                                        "sent")
+                    raise DeadlineError("the request's deadline passed before all its chunks "
+                                        "were answered")
                 response = await getattr(replica.embedder, method)(request, timeout=remaining)
             except grpc.aio.AioRpcError as error:
                 code = error.code()

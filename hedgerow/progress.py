@@ -8,7 +8,7 @@ above it instead of through it.
 
 import contextlib
 import logging
-import shutil
+import os
 import sys
 from typing import Iterator
 
@@ -22,12 +22,21 @@ def _wanted() -> bool:
             and logging.getLogger().isEnabledFor(logging.INFO))
 
 
+def _size() -> os.terminal_size:
+    """The size of the terminal stderr (where the bar goes) is on; 80 x 24 where it reports
+    0 x 0 (a bare pty) or is none (tqdm would draw nothing there)."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (AttributeError, ValueError, OSError):
+        size = os.terminal_size((0, 0))
+    return os.terminal_size((size.columns or 80, size.lines or 24))
+
+
 @contextlib.contextmanager
 def bar(total: int, what: str, unit: str = "it") -> Iterator[tqdm]:
     """A bar of `total` steps labelled `what`; call `.update(n)` on it. Gone when the block
-    ends (`leave=False`): the step's own done line says how long it took. The width comes from
-    shutil (80 x 24 where a terminal reports 0 x 0; tqdm would draw nothing there)."""
-    shown, size = _wanted(), shutil.get_terminal_size()
+    ends (`leave=False`): the step's own done line says how long it took."""
+    shown, size = _wanted(), _size()
     with contextlib.ExitStack() as stack:
         if shown:
             stack.enter_context(logging_redirect_tqdm())

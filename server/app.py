@@ -13,6 +13,7 @@ about batching or byte layouts.
 import asyncio
 import gc
 import logging
+import os
 import signal
 import time
 from typing import Any, Callable
@@ -67,7 +68,7 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
         # default (one ping per 5 minutes without data) answers that with GOAWAY
         # "too_many_pings", and the gateway drops this replica for a moment.
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ]
 
 
@@ -122,8 +123,9 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
         http = await start_http(state, settings.host, settings.http_port)
     except OSError as error:
         await server.stop(None)
+        reason = os.strerror(error.errno) if error.errno else str(error)
         raise ConfigError(
-            f"cannot listen for HTTP on {host_port(settings.host, settings.http_port)}: {error}"
+            f"cannot listen for HTTP on {host_port(settings.host, settings.http_port)}: {reason}"
         ) from None
     log.info("%s", fields(event="server.listening", grpc=address,
                           http=host_port(settings.host, settings.http_port)))

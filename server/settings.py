@@ -118,5 +118,8 @@ class ServerSettings:
                 f"({self.max_inflight_tokens}): such a request could never be admitted; raise "
                 "the admission bound or lower the request limit"
             )
+        if self.port == self.http_port:
+            raise ConfigError(f"--port and --http-port must differ (both {self.port}): gRPC and "
+                              "the /metrics, /warmup HTTP side each need their own port")
         if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device):
             raise ConfigError(f"--device: {self.device!r} is not cpu, cuda or cuda:N")

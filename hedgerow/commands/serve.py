@@ -196,6 +196,13 @@ def run(args: argparse.Namespace) -> int:
     if len(set(asked)) < len(asked):
         raise ConfigError(f"--port, --server-port and --server-http-port must differ; got "
                           f"{config.port}, {config.server_port}, {config.server_http_port}")
+    for flag, port in (("--server-port", config.server_port),
+                       ("--server-http-port", config.server_http_port)):
+        # Asked for and held by someone else: the gateway would find that process's server
+        # SERVING and report ready before ours failed to bind.
+        if port and not port_free("127.0.0.1", port):
+            raise ConfigError(f"{flag} {port} is in use on 127.0.0.1; stop what holds it or "
+                              f"pick another {flag}")
     grpc_port = pick_port("127.0.0.1", config.server_port, DEFAULT_GRPC_PORT, {config.port})
     http_port = pick_port("127.0.0.1", config.server_http_port, DEFAULT_METRICS_PORT,
                           {config.port, grpc_port})

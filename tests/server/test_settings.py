@@ -33,6 +33,11 @@ def test_unknown_devices_are_refused(device):
         load("--device", device)
 
 
+def test_the_grpc_and_http_ports_must_differ():
+    with pytest.raises(ConfigError, match="--port and --http-port must differ"):
+        load("--port", "6000", "--http-port", "6000")
+
+
 def test_derived_defaults_depend_on_the_device():
     assert load().overlap_depth() == 1
     assert load("--device", "cuda:1").overlap_depth() == 2
@@ -73,5 +78,22 @@ def test_the_server_permits_the_gateways_keepalive_pings():
     server = dict(grpc_options(load()))
     client = dict(CHANNEL_OPTIONS)
     assert server["grpc.keepalive_permit_without_calls"] == 1
-    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] <= (
+    assert server["grpc.http2.min_ping_interval_without_data_ms"] <= (
         client["grpc.keepalive_time_ms"])
+
+
+def test_every_grpc_option_we_set_is_one_grpc_knows():
+    """grpc ignores an unknown option silently: a misspelt ping option left the gateway's
+    replicas dropping every few minutes. Each name must appear in grpc's own core library."""
+    from pathlib import Path
+
+    import grpc
+
+    from hedgerow.gateway.replicas import CHANNEL_OPTIONS
+    from hedgerow.server.app import grpc_options
+
+    core = b"".join(path.read_bytes() for path in
+                    (Path(grpc.__file__).parent / "_cython").glob("cygrpc*.so"))
+    assert core, "grpc's core library not found"
+    for name, _ in [*grpc_options(load()), *CHANNEL_OPTIONS]:
+        assert name.encode() + b"\x00" in core, f"grpc does not know the option {name!r}"
