@@ -5,9 +5,8 @@ query and the chunk's documents, answered with the chunk's top-k): each chunk go
 with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
 picked longest ago) among those with room under their admission bound, waiting for room when
 none has it; a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose
-connection broke)
-is retried once on another replica; every call carries the request's remaining time as its gRPC
-deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
+connection broke) is retried once on another replica; every call carries the request's
+remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
 HTTP or tokenization; gets sequences already cut into chunks.
 """
 
