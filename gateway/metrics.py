@@ -37,7 +37,7 @@ class GatewayMetrics:
             "hedgerow_chunks", "Chunks sent, by replica and outcome.",
             ("replica", "outcome"), registry=r)
         self.retries = Counter(
-            "hedgerow_retries", "Chunks retried on another replica, by the first failure's code.",
+            "hedgerow_retries", "Chunk retries, by the code of the failure that caused each.",
             ("code",), registry=r)
         self.ready_replicas = Gauge(
             "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r)

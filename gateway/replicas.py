@@ -58,6 +58,7 @@ class Replica:
         self.in_flight_tokens = 0
         self.last_chosen = 0  # router's pick counter, for round-robin among equals
         self.removed = False  # left discovery (its channel is closing)
+        self.busy_until = 0.0  # time.monotonic() until which the router leaves it alone
         self._serving = False
         self._on_info, self._on_status = on_info, on_status
         self._retry_interval = retry_interval

@@ -5,8 +5,9 @@ query and the chunk's documents, answered with the chunk's top-k): each chunk go
 with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
 picked longest ago) among those with room under their admission bound, waiting for room when
 none has it; a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose
-connection broke) is retried once on another replica; every call carries the request's
-remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
+connection broke) is retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that
+replica briefly and the chunk waits for room again (up to four times, then 429); every call
+carries the request's remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
 HTTP or tokenization; gets sequences already cut into chunks.
 """
 
@@ -14,6 +15,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import time
 from typing import Any, Awaitable, Iterable, Protocol, Sequence, TypeVar
 
 import grpc
@@ -35,11 +37,13 @@ from hedgerow.wire import embed_pb2
 
 log = logging.getLogger("hedgerow.gateway.router")
 
-# Failures that say "this replica, not this chunk": worth one try elsewhere. Embed and Score
-# are pure functions of their input, so sending a chunk twice is safe.
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+# Retries (UNAVAILABLE: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe: Embed and
+# Score are pure functions of their input, so a chunk may be sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
+# After each RESOURCE_EXHAUSTED answer, the replica is left alone this long; one more such
+# answer for a chunk than there are pauses becomes a 429.
+BUSY_PAUSES_S = (0.05, 0.1, 0.2, 0.4)
 T = TypeVar("T")
 
 
@@ -57,8 +61,11 @@ def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = (),
 
 def has_room(replica: Replica, tokens: int) -> bool:
     """Whether `tokens` more from this gateway stay within the replica's admission bound (its
-    Info's max_inflight_tokens; 0 is no bound). An idle replica always has room, so a chunk is
+    Info's max_inflight_tokens; 0 is no bound), and the replica is not in a pause after
+    answering RESOURCE_EXHAUSTED. An idle replica otherwise always has room, so a chunk is
     never held back forever."""
+    if replica.busy_until > time.monotonic():
+        return False
     bound = replica.info.max_inflight_tokens if replica.info is not None else 0
     return not bound or not replica.in_flight_tokens or replica.in_flight_tokens + tokens <= bound
 
@@ -109,8 +116,12 @@ class Router:
         self._changed = asyncio.Event()  # set (and replaced) when tokens go or the queue moves
         self._waiting: collections.deque = collections.deque()  # tickets of chunks waiting
 
-    def choose(self, exclude: Sequence[Replica] = (), tokens: int = 0) -> Replica | None:
-        replica = least_loaded(self._replicas.ready(), exclude, tokens)
+    def choose(self, exclude: Sequence[Replica] = (), tokens: int = 0,
+               among: Sequence[Replica] | None = None) -> Replica | None:
+        """The least-loaded replica with room (see `least_loaded`), from `among` when given,
+        else from every ready one; marked as chosen now."""
+        replica = least_loaded(self._replicas.ready() if among is None else among, exclude,
+                               tokens)
         if replica is not None:
             replica.last_chosen = next(self._picks)
         return replica
@@ -121,38 +132,55 @@ class Router:
         tokens counted on it, and its in-flight gauge. When every one is full with this
         gateway's work, wait for room (a large request is paced to the servers' admission
         bounds instead of being turned away as busy) until the deadline, first come, first
-        served: while chunks wait, a newcomer queues behind them even if it would fit, so a
-        large chunk is never overtaken forever by small ones. NoReplicaError when none is
-        ready."""
+        served: a replica an earlier waiter could use is left to it, so a large chunk is never
+        overtaken forever by small ones (a retry that excludes a replica does not hold that
+        replica back from the others). NoReplicaError when none is ready."""
         loop = asyncio.get_running_loop()
-        ticket, queued = object(), False
+        entry, queued = (object(), tuple(exclude)), False
         try:
             while True:
-                if not self._waiting or self._waiting[0] is ticket:
-                    replica = self.choose(exclude, tokens)
-                    if replica is not None:
-                        gauge = self._metrics.in_flight_tokens.labels(replica.address)
-                        self._count(replica, tokens, gauge)
-                        return replica, gauge
-                if least_loaded(self._replicas.ready(), exclude) is None:
+                ready = self._replicas.ready()
+                if not [r for r in ready if all(r is not x for x in exclude)]:
                     raise NoReplicaError(NO_REPLICA_MESSAGE)
+                replica = self.choose(exclude, tokens, among=self._left_for(entry, ready))
+                if replica is not None:
+                    gauge = self._metrics.in_flight_tokens.labels(replica.address)
+                    self._count(replica, tokens, gauge)
+                    return replica, gauge
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise DeadlineError("the request's deadline passed while its chunks waited "
                                         "for room on the embedding servers")
                 if not queued:
-                    self._waiting.append(ticket)
+                    self._waiting.append(entry)
                     queued = True
                 # Woken when a call ends or the queue moves; the timeout also re-checks
-                # replicas that became ready.
+                # replicas that became ready or whose busy pause ended.
                 try:
-                    await asyncio.wait_for(self._changed.wait(), min(remaining, ROOM_RECHECK_S))
+                    await asyncio.wait_for(self._changed.wait(),
+                                           min(remaining, self._recheck_in(ready)))
                 except asyncio.TimeoutError:
                     pass
         finally:
             if queued:
-                self._waiting.remove(ticket)
+                self._waiting.remove(entry)
                 self._wake()
+
+    def _left_for(self, entry, ready: list[Replica]) -> list[Replica]:
+        """The ready replicas no waiter ahead of `entry` (all of them, for a newcomer) could
+        use: those every earlier waiter excludes."""
+        ahead = []
+        for waiting in self._waiting:
+            if waiting is entry:
+                break
+            ahead.append(waiting[1])
+        return [r for r in ready if all(any(r is x for x in excluded) for excluded in ahead)]
+
+    @staticmethod
+    def _recheck_in(ready: list[Replica]) -> float:
+        now = time.monotonic()
+        pauses = [r.busy_until - now for r in ready if r.busy_until > now]
+        return max(min([ROOM_RECHECK_S, *pauses]), 0.001)
 
     @staticmethod
     def _count(replica: Replica, tokens: int, gauge) -> None:
@@ -268,10 +296,10 @@ class Router:
     async def _send(self, method: str, request, chunk: Chunk, tokens: int, deadline: float):
         """Call `method` with `request` on the least-loaded replica, retrying once elsewhere."""
         loop = asyncio.get_running_loop()
-        tried: list[Replica] = []
+        unavailable: list[Replica] = []  # left out of this chunk's further tries
+        busy_answers = 0
         while True:
-            replica, gauge = await self._reserve(tokens, tried, deadline)
-            tried.append(replica)
+            replica, gauge = await self._reserve(tokens, unavailable, deadline)
             remaining = deadline - loop.time()
             try:
                 if remaining <= 0:
@@ -281,10 +309,21 @@ class Router:
             except grpc.aio.AioRpcError as error:
                 code = error.code()
                 self._count_chunk(replica, code.name)
+                retry = False
                 if code == grpc.StatusCode.UNAVAILABLE:
                     replica.suspect(error.details() or code.name)
-                another = least_loaded(self._replicas.ready(), tried) is not None
-                if code in RETRYABLE and len(tried) == 1 and another:
+                    unavailable.append(replica)
+                    ready = self._replicas.ready()
+                    retry = len(unavailable) == 1 and least_loaded(ready, unavailable) is not None
+                elif (code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                      and busy_answers < len(BUSY_PAUSES_S)):
+                    # The server holds more than this gateway counts: other gateways' work,
+                    # or calls just cancelled that it is still finishing. Leave it a moment
+                    # (longer each time) and wait for room again, instead of answering 429.
+                    replica.busy_until = time.monotonic() + BUSY_PAUSES_S[busy_answers]
+                    busy_answers += 1
+                    retry = True
+                if retry:
                     self._metrics.retries.labels(code.name).inc()
                     log.info("%s", fields(event="chunk.retry", method=method,
                                           replica=replica.address, code=code.name,

@@ -11,6 +11,7 @@ import types
 import grpc
 import numpy as np
 
+from hedgerow.gateway.errors import DeadlineError
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.router import Router, least_loaded
 
@@ -19,7 +20,7 @@ MODEL = "all-MiniLM-L6-v2"
 
 def replica(name, tokens=0, ready=True, last=0, bound=0):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
-                                 last_chosen=last, removed=False,
+                                 last_chosen=last, removed=False, busy_until=0.0,
                                  info=types.SimpleNamespace(max_inflight_tokens=bound))
 
 
@@ -94,14 +95,27 @@ def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_fac
     assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"} 1.0' in client.get("/metrics").text
 
 
-def test_twice_overloaded_is_429_with_retry_after(standins, gateway_factory):
+def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
+        standins, gateway_factory):
+    """RESOURCE_EXHAUSTED means the server holds more than this gateway counts (other
+    gateways, or calls just cancelled that it is still finishing): a pause, then room again."""
     client = gateway_factory()
     for server in standins:
         server.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
     answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "busy"})
+    assert answer.status_code == 200, answer.text
+    assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"}' in client.get("/metrics").text
+
+
+def test_overloaded_past_every_pause_is_429_with_retry_after(standins, gateway_factory):
+    client = gateway_factory()
+    for server in standins:
+        server.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 5
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "busy"})
     assert answer.status_code == 429
     assert answer.headers["retry-after"] == "1"
     assert answer.json()["error"]["type"] == "overloaded_error"
+    assert sum(server.calls for server in standins) == 5  # four pauses, then the answer
 
 
 def test_a_dead_replica_leaves_traffic_and_requests_still_succeed(standins, gateway_factory):
@@ -395,3 +409,27 @@ def test_work_for_a_client_that_disconnected_is_cancelled():
         return await while_connected(Request(gone_after=10**6), asyncio.sleep(0.3, "answer"))
 
     assert asyncio.run(main()) == "answer"
+
+
+def test_waiters_ahead_keep_what_they_could_use_and_only_that():
+    """First come, first served among waiters, except that a retry which excludes a replica
+    does not hold that replica back from the chunks behind it."""
+    free, full = replica("a", bound=100), replica("b", 100, bound=100)
+    free.address, full.address = "a:1", "b:1"
+    free.embedder = types.SimpleNamespace(Embed=lambda request, timeout: asyncio.sleep(0, "a"))
+    source = types.SimpleNamespace(ready=lambda: [free, full])
+    chunk = types.SimpleNamespace(size=1)
+
+    async def newcomer(ahead_excludes):
+        router = Router(source, GatewayMetrics())
+        router._waiting.append((object(), ahead_excludes))  # a chunk already waiting
+        loop = asyncio.get_running_loop()
+        return await router._send("Embed", None, chunk, 10, loop.time() + 0.3)
+
+    assert asyncio.run(newcomer((free,))) == "a"  # it waits for b only: a is free to take
+    try:
+        asyncio.run(newcomer(()))  # it could use a: the newcomer queues behind it
+    except DeadlineError:
+        pass
+    else:
+        raise AssertionError("a newcomer overtook a waiter that could use the same replica")
