@@ -4,11 +4,11 @@ Owns the routing decision and the per-chunk call (Embed; or Score for rerank, ca
 query and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently
 with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
 picked longest ago) among those with room under their admission bound, waiting for room when
-none has it; a chunk whose replica fails with UNAVAILABLE or RESOURCE_EXHAUSTED (or whose
-connection broke) is retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that
-replica briefly and the chunk waits for room again (up to four times, then 429); every call
-carries the request's remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere else. Knows nothing about
-HTTP or tokenization; gets sequences already cut into chunks.
+none has it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) is
+retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that replica briefly and
+the chunk waits for room again (up to four times, then 429); every call carries the request's
+remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere
+else. Knows nothing about HTTP or tokenization; gets sequences already cut into chunks.
 """
 
 import asyncio

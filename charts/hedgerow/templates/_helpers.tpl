@@ -49,8 +49,10 @@ What the operator does inside a namespace it manages, and nothing more (see
 operator/kube.py and handlers.py; tests/operator/test_rbac.py checks every request the operator
 makes against these rules, and that every rule is used):
 - EmbeddingServices: kopf lists and watches them and patches their annotations and status;
-- children: server-side apply (patch), create where apply-create is unavailable, get for the
-  Deployments whose status is read, delete only for an HPA that autoscaling no longer wants;
+- children: get (is the name ours? the Deployments' status), a dry run then server-side apply
+  (patch), create where apply-create is unavailable, delete for an HPA that autoscaling no
+  longer wants (delete on the other kinds and update on embeddingservices/finalizers: see the
+  rules below);
 - pods: list server pods, patch pods/status for the readiness gate;
 - PVCs: get, to report a missing model volume; events: create.
 */}}
