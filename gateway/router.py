@@ -16,7 +16,7 @@ import collections
 import itertools
 import logging
 import time
-from typing import Any, Awaitable, Iterable, Protocol, Sequence, TypeVar
+from typing import Awaitable, Iterable, Protocol, Sequence, TypeVar
 
 import grpc
 import numpy as np
@@ -127,9 +127,9 @@ class Router:
         return replica
 
     async def _reserve(self, tokens: int, exclude: Sequence[Replica], deadline: float
-                       ) -> tuple[Replica, Any]:
+                       ) -> Replica:
         """The least-loaded ready replica (not in `exclude`) with room for `tokens`, those
-        tokens counted on it, and its in-flight gauge. When every one is full with this
+        tokens counted on it. When every one is full with this
         gateway's work, wait for room (a large request is paced to the servers' admission
         bounds instead of being turned away as busy) until the deadline, first come, first
         served: a replica an earlier waiter could use is left to it, so a large chunk is never
@@ -140,13 +140,12 @@ class Router:
         try:
             while True:
                 ready = self._replicas.ready()
-                if not [r for r in ready if all(r is not x for x in exclude)]:
+                if not any(all(r is not x for x in exclude) for r in ready):
                     raise NoReplicaError(NO_REPLICA_MESSAGE)
                 replica = self.choose(exclude, tokens, among=self._left_for(entry, ready))
                 if replica is not None:
-                    gauge = self._metrics.in_flight_tokens.labels(replica.address)
-                    self._count(replica, tokens, gauge)
-                    return replica, gauge
+                    self._count(replica, tokens)
+                    return replica
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise DeadlineError("the request's deadline passed while its chunks waited "
@@ -182,20 +181,19 @@ class Router:
         pauses = [r.busy_until - now for r in ready if r.busy_until > now]
         return max(min([ROOM_RECHECK_S, *pauses]), 0.001)
 
-    @staticmethod
-    def _count(replica: Replica, tokens: int, gauge) -> None:
+    def _count(self, replica: Replica, tokens: int) -> None:
         replica.in_flight_tokens += tokens
-        gauge.set(replica.in_flight_tokens)
+        if not replica.removed:  # a departed replica's series are gone for good
+            self._metrics.in_flight_tokens.labels(replica.address).set(replica.in_flight_tokens)
 
-    def _release(self, replica: Replica, tokens: int, gauge) -> None:
+    def _release(self, replica: Replica, tokens: int) -> None:
         """Uncount a call's tokens and wake every waiter (synchronous: safe in a cancelled
-        task's cleanup). `gauge` is the one counted at reserve time: a replica that left
-        discovery meanwhile must not get its series back."""
-        self._count(replica, -tokens, gauge)
+        task's cleanup)."""
+        self._count(replica, -tokens)
         self._wake()
 
     def _count_chunk(self, replica: Replica, outcome: str) -> None:
-        if not replica.removed:  # a departed replica's series are gone for good
+        if not replica.removed:
             self._metrics.chunks.labels(replica.address, outcome).inc()
 
     def _wake(self) -> None:
@@ -294,12 +292,13 @@ class Router:
         return local + chunk.start, scores
 
     async def _send(self, method: str, request, chunk: Chunk, tokens: int, deadline: float):
-        """Call `method` with `request` on the least-loaded replica, retrying once elsewhere."""
+        """Call `method` with `request` on the least-loaded replica with room, retrying as the
+        module docstring says."""
         loop = asyncio.get_running_loop()
         unavailable: list[Replica] = []  # left out of this chunk's further tries
         busy_answers = 0
         while True:
-            replica, gauge = await self._reserve(tokens, unavailable, deadline)
+            replica = await self._reserve(tokens, unavailable, deadline)
             remaining = deadline - loop.time()
             try:
                 if remaining <= 0:
@@ -331,7 +330,7 @@ class Router:
                     continue
                 raise self._translate(error, replica) from None
             finally:
-                self._release(replica, tokens, gauge)
+                self._release(replica, tokens)
             self._count_chunk(replica, "OK")
             return response
 

@@ -27,16 +27,26 @@ def check_can_listen(host: str, port: int, what: str) -> None:
     check_resolves(host, port)
     if host in ("::", "[::]"):
         return  # grpc falls back from the IPv6 wildcard to 0.0.0.0: only it can tell
-    errors = []
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port,
-                                                              type=socket.SOCK_STREAM):
-        with socket.socket(family, kind, proto) as probe:
-            # As grpc sets it: a port left in TIME_WAIT is free, a listening one is not.
+    error = bind_error(host, port)
+    if error is not None:
+        raise ConfigError(f"cannot listen for {what} on {host_port(host, port)}: "
+                          f"{error.strerror}")
+
+
+def bind_error(host: str, port: int, family: int = 0) -> OSError | None:
+    """Why nothing can listen on host:port now (None when something can): a bind and listen
+    on each address `host` resolves to (within `family`, 0 for any), as a listener would set
+    it up (SO_REUSEADDR: a port left in TIME_WAIT is free, a listening one is not). Listening
+    on one of the addresses is enough, as for grpc; the first failure is returned otherwise."""
+    first = None
+    for af, kind, proto, _, address in socket.getaddrinfo(host, port, family=family,
+                                                          type=socket.SOCK_STREAM):
+        with socket.socket(af, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(address)
                 probe.listen(1)
-                return  # like grpc, listening on one of the host's addresses is enough
+                return None
             except OSError as error:
-                errors.append(error.strerror)
-    raise ConfigError(f"cannot listen for {what} on {host_port(host, port)}: {errors[0]}")
+                first = first or error
+    return first

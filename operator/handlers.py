@@ -86,16 +86,22 @@ async def _preflight(ctx: Context, service: Service) -> None:
                         f"{service.namespace!r}")
 
 
-async def _check_children(ctx: Context, service: Service, manifests: list[dict]) -> None:
+async def _check_children(ctx: Context, service: Service,
+                          manifests: list[dict]) -> dict[tuple[str, str], dict]:
     """What only the API server can say, asked before anything is written, so a refused spec
     leaves no half-built children: a child name already taken by an object this resource does
     not own (applying would take it over), and a child the API server's validation or
-    admission would refuse (a server-side dry run of every child)."""
+    admission would refuse (a server-side dry run of every child). Returns the children that
+    exist, by (kind, name), as read."""
+    live = {}
     for manifest in manifests:
         meta = manifest["metadata"]
         found = await ctx.kube.get(manifest["apiVersion"], manifest["kind"], meta["namespace"],
                                    meta["name"])
-        if found is not None and not names.owned_by(found, service):
+        if found is None:
+            continue
+        live[(manifest["kind"], meta["name"])] = found
+        if not names.owned_by(found, service):
             raise SpecError(NAME_CONFLICT,
                             f"{manifest['kind']} {meta['name']!r} already exists in namespace "
                             f"{service.namespace!r} and is not owned by this EmbeddingService; "
@@ -109,6 +115,7 @@ async def _check_children(ctx: Context, service: Service, manifests: list[dict])
             raise SpecError(REJECTED, f"the API server refuses {manifest['kind']} "
                                       f"{manifest['metadata']['name']!r}: {error.message}"
                             ) from None
+    return live
 
 
 async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
@@ -119,7 +126,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         service = parse(body)
         await _preflight(ctx, service)
         manifests = build_all(service)
-        await _check_children(ctx, service, manifests)
+        live = await _check_children(ctx, service, manifests)
     except SpecError as error:
         logger.warning("spec rejected: %s: %s", error.reason, error.message)
         _write_conditions(body, patch, status.invalid_conditions(
@@ -130,7 +137,8 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
     try:
         if service.autoscaled:
-            await hand_replicas_to_hpa(ctx.kube, service)
+            await hand_replicas_to_hpa(ctx.kube, service,
+                                       live.get(("Deployment", names.server_name(service))))
         for manifest in manifests:
             await ctx.kube.apply(manifest)
         for child in unwanted(service):
@@ -167,16 +175,16 @@ def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:
                for entry in (deployment.get("metadata") or {}).get("managedFields") or ())
 
 
-async def hand_replicas_to_hpa(kube: KubeClient, service: Service) -> None:
-    """Before the first apply without `replicas`, keep the live count.
+async def hand_replicas_to_hpa(kube: KubeClient, service: Service,
+                               live: Mapping[str, Any] | None) -> None:
+    """Before the first apply without `replicas`, keep the live count (`live`: the server
+    Deployment as just read, None when there is none).
 
     Under server-side apply, a field dropped from the only manager's apply is reset to its
     default: turning autoscaling on for a running fleet would scale it to 1 replica (warm GPU
     servers killed) until the HPA scales it back up from cold. So while the operator still
     owns `replicas`, a second manager applies the live value first; it then stays owned by
     that manager until the HPA changes it (Kubernetes' documented ownership handover)."""
-    live = await kube.get("apps/v1", "Deployment", service.namespace,
-                          names.server_name(service))
     if live is None or not _owns_replicas(live, names.FIELD_MANAGER):
         return
     replicas = (live.get("spec") or {}).get("replicas")

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import socket
 from typing import Any
 
 import kopf
@@ -18,6 +17,7 @@ import yaml
 
 from hedgerow import logs
 from hedgerow import settings as settings_lib
+from hedgerow.addresses import bind_error
 from hedgerow.errors import ConfigError
 from hedgerow.operator.names import OPERATOR_HEALTH_PORT
 from hedgerow.operator.registration import register
@@ -108,13 +108,10 @@ def check_credentials() -> None:
 def check_health_port(port: int) -> None:
     if not port:
         return
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as error:
-            raise ConfigError(f"cannot listen for health checks on port {port}: "
-                              f"{error.strerror} (pass --health-port)") from None
+    error = bind_error("0.0.0.0", port)
+    if error is not None:
+        raise ConfigError(f"cannot listen for health checks on port {port}: "
+                          f"{error.strerror} (pass --health-port)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow import logs, settings
-from hedgerow.addresses import check_resolves, host_port
+from hedgerow.addresses import bind_error, check_resolves, host_port
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.settings import setting
 
@@ -81,16 +81,10 @@ def port_free(host: str, port: int) -> bool:
     ConfigError, not a busy port."""
     check_resolves(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as the gateway binds it
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return False
-            raise ConfigError(f"cannot listen on {host_port(host, port)}: {error.strerror}"
-                              ) from None
-    return True
+    error = bind_error(host, port, family)
+    if error is not None and error.errno != errno.EADDRINUSE:
+        raise ConfigError(f"cannot listen on {host_port(host, port)}: {error.strerror}")
+    return error is None
 
 
 def pick_port(host: str, asked: int, preferred: int, taken: set[int]) -> int:

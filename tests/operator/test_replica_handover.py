@@ -32,13 +32,10 @@ def _deployment(managers):
 
 
 class RecordingKube:
-    """Answers GET with `live`; records applies as (field manager, manifest)."""
+    """Records applies as (field manager, manifest)."""
 
-    def __init__(self, live):
-        self.live, self.applied = live, []
-
-    async def get(self, api_version, kind, namespace, name):
-        return copy.deepcopy(self.live) if kind == "Deployment" else None
+    def __init__(self):
+        self.applied = []
 
     async def apply(self, manifest, field_manager=names.FIELD_MANAGER):
         self.applied.append((field_manager, manifest))
@@ -46,8 +43,9 @@ class RecordingKube:
 
 
 def _handover(live):
-    kube = RecordingKube(live)
-    asyncio.run(handlers.hand_replicas_to_hpa(kube, parse(BODY)))
+    """The handover given the server Deployment as reconcile read it (None: none yet)."""
+    kube = RecordingKube()
+    asyncio.run(handlers.hand_replicas_to_hpa(kube, parse(BODY), copy.deepcopy(live)))
     return kube.applied
 
 
