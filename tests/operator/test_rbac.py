@@ -30,7 +30,7 @@ def granted() -> set[tuple[str, str, str]]:
 
 def used(kmock) -> set[tuple[str, str, str]]:
     out = set()
-    for request in kmock:
+    for request in kmock.journal:
         agent = request.headers.get("User-Agent", "")
         if not agent.startswith(OPERATOR_AGENTS) or request.resource is None:
             continue
