@@ -1,7 +1,7 @@
 """Measure the server's own host overhead per request on CPU, with an engine that costs nothing.
 
-    .venv/bin/python -P benchmarks/server_overhead.py [--requests 2000] [--seconds 3]
-        [--device-ms 1.0] [--only echo-aio,instant,device] [--profile instant]
+    .venv/bin/python -P benchmarks/server_overhead.py [--rounds 5] [--requests 500]
+        [--seconds 1] [--device-ms 1.0] [--only echo-aio,instant,device] [--profile instant]
 
 What runs: each case starts a server in a child process on loopback and a sync gRPC client
 (int32 bytes, one sequence of `--tokens` tokens, 1024-wide float32 answer) in this process:
@@ -11,14 +11,17 @@ What runs: each case starts a server in a child process on loopback and a sync g
   instant    the REAL server stack (`hedgerow.server.app.serve`: servicer, decoding and
              validation, admission, the scheduling loop, the engine thread, postprocessing,
              encoding, metrics) with a STAND-IN ENGINE, FOR TIMING ONLY: its `step` returns a
-             completed LazyTensor of zeros float32 [B, 1024] at once (no model runs), and
-             `validate` is the real Engine.validate. The difference to echo-aio is the
-             server's host overhead;
+             completed LazyTensor of zeros float32 [B, 1024] at once (no model runs). The
+             difference to echo-aio is the server's host overhead;
   device     the same stand-in, but its result becomes ready `--device-ms` after `step`
              returns (like a GPU's LazyTensor), so the device-wait path is exercised; the
              difference to instant + device-ms is what that path costs.
-For each: sequential batch-1 latency p50/p99 (µs) over `--requests` calls after a warm-up,
-then 4 and 16 concurrent client threads for `--seconds` each (requests/s).
+Every case's server runs for the whole benchmark; each of `--rounds` rounds measures every
+case in turn (the order rotating), so a noisy moment of a shared machine lands on all of them.
+Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls, then 4
+and 16 concurrent client threads for `--seconds` each (requests/s). The table gives medians
+over rounds, then each server case against the floor round by round: p50 above echo's (and
+above echo's plus the stand-in device time), and its 16-client throughput as a share of echo's.
 For the server cases it also reads the server's own histograms over the sequential phase:
 `handler` is hedgerow_request_seconds (the servicer's whole handler: decode, checks, queue,
 engine, encode), `queue` and `step` the loop's; the rest of the client's latency is gRPC.
@@ -56,41 +59,41 @@ CASES = ("echo-aio", "echo-sync", "instant", "device")
 # --- the child: one server per case ----------------------------------------------------------
 
 class DelayedResult:
-    """Like a GPU LazyTensor: ready `delay` seconds after `step`; synchronize() sleeps (GIL
-    released, as a CUDA event wait does) until then."""
+    """Like a GPU LazyTensor: ready `delay` seconds after `step`; synchronize() waits with the
+    GIL released, as a CUDA event wait does, until then: it sleeps to within SPIN_S of the
+    moment and yields the rest (a plain sleep overshoots by 50-150 µs, which would be counted
+    as the server's)."""
+
+    SPIN_S = 200e-6
 
     def __init__(self, rows, delay: float) -> None:
         self._rows = rows
         self._due = time.perf_counter() + delay
+        self.pinned = True  # as on a GPU: the engine thread copies the rows out
 
     def ready(self) -> bool:
         return time.perf_counter() >= self._due
 
     def synchronize(self):
         remaining = self._due - time.perf_counter()
-        if remaining > 0:
-            time.sleep(remaining)
+        if remaining > self.SPIN_S:
+            time.sleep(remaining - self.SPIN_S)
+        while time.perf_counter() < self._due:
+            time.sleep(0)
         return self._rows
 
 
 class StandInEngine:
     """FOR TIMING ONLY, not a model: `step` costs nothing and answers zeros float32 [B, 1024].
-
-    `validate` is the real engine's (it reads only `info`), so request checks cost what
-    they cost in production.
-    """
+    The server checks requests against its `info` as it does a real engine's."""
 
     def __init__(self, delay: float) -> None:
-        from hedgerow.engine.engine import Engine, ModelInfo
+        from hedgerow.engine.engine import ModelInfo
 
         self.info = ModelInfo(name="stand-in", architecture="xlm-roberta", dimensions=WIDTH,
                               max_tokens=8192, vocab_size=250002, pooling="cls",
                               normalize=True)
-        self._validate = Engine.validate
         self._delay = delay
-
-    def validate(self, batch) -> None:
-        self._validate(self, batch)
 
     def warmup(self) -> None:
         pass
@@ -279,33 +282,79 @@ def means_us(before: dict, after: dict) -> dict[str, float]:
     return out
 
 
-def measure(case: str, args) -> dict:
-    http_port = free_port()
-    proc, address = start(case, args.device_ms, args.profile == case, http_port)
-    server = not case.startswith("echo")
-    try:
-        with grpc.insecure_channel(address) as channel:
-            stub = embed_pb2_grpc.EmbedderStub(channel)
-            requests = [request_for(args.tokens, salt) for salt in range(64)]
-            sequential(stub, requests, 200)  # warm-up
-            before = server_sums(http_port) if server else {}
-            us = np.asarray(sequential(stub, requests, args.requests)) * 1e6
-            row = {"case": case, "p50": float(np.percentile(us, 50)),
-                   "p99": float(np.percentile(us, 99))}
-            if server:
-                row.update(means_us(before, server_sums(http_port)))
-            for clients in (4, 16):
-                row[f"rps{clients}"] = concurrent(stub, requests, clients, args.seconds)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    return row
+class Case:
+    """One running server and its client; `round()` measures it once more."""
+
+    def __init__(self, name: str, args) -> None:
+        self.name = name
+        self.http_port = free_port()
+        self.proc, address = start(name, args.device_ms, args.profile == name, self.http_port)
+        self.channel = grpc.insecure_channel(address)
+        self.stub = embed_pb2_grpc.EmbedderStub(self.channel)
+        self.requests = [request_for(args.tokens, salt) for salt in range(64)]
+        self.server = not name.startswith("echo")
+        self.rounds: list[dict] = []
+        sequential(self.stub, self.requests, 200)  # warm-up
+
+    def round(self, args) -> None:
+        before = server_sums(self.http_port) if self.server else {}
+        us = np.asarray(sequential(self.stub, self.requests, args.requests)) * 1e6
+        row = {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99))}
+        if self.server:
+            row.update(means_us(before, server_sums(self.http_port)))
+        for clients in (4, 16):
+            row[f"rps{clients}"] = concurrent(self.stub, self.requests, clients, args.seconds)
+        self.rounds.append(row)
+
+    def median(self, key: str) -> float:
+        return float(np.median([row[key] for row in self.rounds]))
+
+    def stop(self) -> None:
+        self.channel.close()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """median [min-max] of per-round values."""
+    return (f"{np.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]")
+
+
+def report(cases: dict[str, Case], args) -> None:
+    print(f"batch 1, {args.tokens} tokens, float32 [1, {WIDTH}] answer, sync gRPC client on "
+          f"loopback; stand-in engine (no model); device case: ready after {args.device_ms} ms; "
+          f"{args.rounds} interleaved rounds, medians over rounds")
+    print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'4 clients req/s':>16} "
+          f"{'16 clients req/s':>17}   server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
+    for name, case in cases.items():
+        inside = "".join(f" {case.median(k):>{w}.0f}" if case.server else f" {'-':>{w}}"
+                         for k, w in (("handler", 8), ("queue", 6), ("step", 6)))
+        print(f"{name:<10} {case.median('p50'):>8.0f} {case.median('p99'):>8.0f} "
+              f"{case.median('rps4'):>16.0f} {case.median('rps16'):>17.0f}   {'':>17}{inside}")
+    echo = cases.get("echo-aio")
+    if echo is None:
+        return
+    print("\nagainst the floor (bare grpc.aio echo), per round: median [range]")
+    floor = [row["p50"] for row in echo.rounds]
+    for name, device in (("instant", 0.0), ("device", args.device_ms * 1e3)):
+        if name not in cases:
+            continue
+        rows = cases[name].rounds
+        above = [row["p50"] - base - device for row, base in zip(rows, floor)]
+        share = [row["rps16"] / base["rps16"] for row, base in zip(rows, echo.rounds)]
+        what = "p50 - echo p50" + (f" - {args.device_ms:g} ms" if device else "")
+        print(f"  {name:<8} {what:<26} {spread(above, '.0f')} µs;   "
+              f"16 clients req/s / echo's {spread(share, '.2f')}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per concurrency")
+    parser.add_argument("--rounds", type=at_least(1), default=5,
+                        help="interleaved rounds over every case")
+    parser.add_argument("--requests", type=at_least(1), default=500,
+                        help="sequential requests per case and round")
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="seconds per concurrency level, per case and round")
     parser.add_argument("--tokens", type=at_least(2), default=128,
                         help="tokens per request (>= 2)")
     parser.add_argument("--device-ms", type=float, default=1.0,
@@ -319,20 +368,22 @@ def main() -> int:
     if args.child:
         return child(args.child, args.port, args.http_port, args.device_ms,
                      args.profile is not None)
-    cases = [case for case in args.only.split(",") if case]
-    unknown = set(cases) - set(CASES)
+    names = [case for case in args.only.split(",") if case]
+    unknown = set(names) - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; choose from {', '.join(CASES)}")
-    rows = [measure(case, args) for case in cases]
-    print(f"batch 1, {args.tokens} tokens, float32 [1, {WIDTH}] answer, sync gRPC client on "
-          f"loopback; stand-in engine (no model); device case: ready after {args.device_ms} ms")
-    print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'4 clients req/s':>16} "
-          f"{'16 clients req/s':>17}   server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
-    for row in rows:
-        inside = "".join(f" {row[k]:>{w}.0f}" if k in row else f" {'-':>{w}}"
-                         for k, w in (("handler", 8), ("queue", 6), ("step", 6)))
-        print(f"{row['case']:<10} {row['p50']:>8.0f} {row['p99']:>8.0f} {row['rps4']:>16.0f} "
-              f"{row['rps16']:>17.0f}   {'':>17}{inside}")
+    cases: dict[str, Case] = {}
+    try:
+        for name in names:
+            cases[name] = Case(name, args)
+        for number in range(args.rounds):
+            order = names[number % len(names):] + names[:number % len(names)]
+            for name in order:
+                cases[name].round(args)
+    finally:
+        for case in cases.values():
+            case.stop()
+    report(cases, args)
     return 0
 
 

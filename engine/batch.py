@@ -7,6 +7,7 @@
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from hedgerow.errors import InvalidInputError
@@ -71,3 +72,23 @@ class RaggedBatch:
 
     def lengths(self) -> list[int]:
         return (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
+
+
+def check_tokens(input_ids: np.ndarray, cu_seqlens: np.ndarray, max_seqlen: int,
+                 vocab_size: int, max_tokens: int) -> None:
+    """Raise InvalidInputError for a token id outside [0, vocab_size) or a sequence longer than
+    `max_tokens`, naming the first. `input_ids` int32 [T] and `cu_seqlens` int32 [B+1] are a
+    valid ragged layout on the host (numpy: on a few ids a torch call costs more than the
+    check)."""
+    if input_ids.size and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
+        bad = int(np.flatnonzero((input_ids < 0) | (input_ids >= vocab_size))[0])
+        seq = int(np.searchsorted(cu_seqlens, bad, side="right")) - 1
+        raise InvalidInputError(
+            f"token id {int(input_ids[bad])} in sequence {seq} is outside the vocabulary "
+            f"[0, {vocab_size})")
+    if max_seqlen > max_tokens:
+        lengths = np.diff(cu_seqlens)
+        seq = int(np.flatnonzero(lengths > max_tokens)[0])
+        raise InvalidInputError(
+            f"sequence {seq} has {int(lengths[seq])} tokens; the model accepts at most "
+            f"{max_tokens} tokens per sequence")

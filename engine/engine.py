@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from hedgerow.engine.attention import Attention, CpuRaggedAttention
-from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.batch import RaggedBatch, check_tokens
 from hedgerow.engine.cpu_linear import onednn_available, use_onednn_linears
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.loader import LoadedModel, load_model
 from hedgerow.engine.pooling import pool
 from hedgerow.engine.positions import token_layout
-from hedgerow.errors import InvalidInputError
 from hedgerow.logs import fields, step
 
 if TYPE_CHECKING:
@@ -97,21 +96,9 @@ class Engine:
 
     def validate(self, batch: RaggedBatch) -> None:
         """Raise InvalidInputError for a token id outside [0, vocab_size) or a sequence
-        longer than `info.max_tokens`. Reads host tensors only."""
-        ids, vocab = batch.input_ids, self.info.vocab_size
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-            bad = torch.nonzero((ids < 0) | (ids >= vocab))[0].item()
-            seq = int(torch.searchsorted(batch.cu_seqlens, torch.tensor([bad], dtype=torch.int32),
-                                         right=True)[0]) - 1
-            raise InvalidInputError(
-                f"token id {int(ids[bad])} in sequence {seq} is outside the vocabulary "
-                f"[0, {vocab})")
-        if batch.max_seqlen > self.info.max_tokens:
-            lengths = batch.lengths()
-            seq = next(i for i, n in enumerate(lengths) if n > self.info.max_tokens)
-            raise InvalidInputError(
-                f"sequence {seq} has {lengths[seq]} tokens; the model accepts at most "
-                f"{self.info.max_tokens} tokens per sequence")
+        longer than `info.max_tokens` (see `batch.check_tokens`). Reads host tensors only."""
+        check_tokens(batch.input_ids.numpy(), batch.cu_seqlens.numpy(), batch.max_seqlen,
+                     self.info.vocab_size, self.info.max_tokens)
 
     def step(self, batch: RaggedBatch) -> LazyTensor:
         """Run the forward pass and pooling for `batch` (call `validate` first).

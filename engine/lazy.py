@@ -16,6 +16,8 @@ class LazyTensor:
     def __init__(self, host: torch.Tensor, event: "torch.cuda.Event | None" = None) -> None:
         self._host = host
         self._event = event
+        # A pinned buffer of the CUDA path: whoever keeps its rows past this handle copies them.
+        self.pinned = event is not None
 
     @classmethod
     def completed(cls, value: torch.Tensor) -> "LazyTensor":

@@ -3,11 +3,13 @@
 
 `pool` runs on the device without reading anything back to the host: gathers at
 `cu_seqlens` for CLS and last-token, a segment sum by the per-token sequence index for mean.
-It knows nothing about models or tokenizers.
+`postprocess` runs on the host in numpy, where the rows already are when a caller wants them
+(a torch call on a few rows costs more than the arithmetic). It knows nothing about models or
+tokenizers.
 """
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 
 from hedgerow.errors import InvalidInputError
 
@@ -34,9 +36,10 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor
     raise ValueError(f"unknown pooling mode {mode!r} (known: {', '.join(POOLING_MODES)})")
 
 
-def postprocess(embeddings: torch.Tensor, normalize: bool, dimensions: int | None) -> torch.Tensor:
+def postprocess(embeddings: np.ndarray, normalize: bool, dimensions: int | None) -> np.ndarray:
     """Truncate float32 [B, D] to its first `dimensions` columns (Matryoshka), then
-    L2-normalise each row when `normalize`. Returns [B, dimensions or D].
+    L2-normalise each row when `normalize` (a zero row stays zero). Returns float32
+    [B, dimensions or D]; `embeddings` itself when there is nothing to do.
 
     Raises InvalidInputError when `dimensions` is not in 1..D.
     """
@@ -49,5 +52,6 @@ def postprocess(embeddings: torch.Tensor, normalize: bool, dimensions: int | Non
                 f"dimensions must be between 1 and the model's width {width}, got {dimensions}")
         embeddings = embeddings[..., :dimensions]
     if normalize:
-        embeddings = F.normalize(embeddings, p=2.0, dim=-1)
+        norms = np.linalg.norm(embeddings, axis=-1, keepdims=True)
+        embeddings = embeddings / np.maximum(norms, np.float32(1e-12))
     return embeddings

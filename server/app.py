@@ -149,7 +149,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
 async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]) -> bool:
     """Load the engine unless asked to stop first; start the loop. Raises ModelLoadError."""
     settings = state.settings
-    threads = EngineThread()  # the engine is loaded, warmed and stepped on one thread
+    # The engine is loaded, warmed and stepped on this one thread.
+    threads = EngineThread(depth=settings.overlap_depth())
     loading = asyncio.ensure_future(threads.run(load))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -162,11 +163,10 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
         state.load_error = str(error)
         await threads.close()
         raise
+    threads.engine = engine
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
-    loop = EmbedLoop(engine, scheduler, state.metrics, engine_thread=threads,
-                     on_crash=lambda error: stop.set(), depth=settings.overlap_depth())
-    loop.start()
+    loop = EmbedLoop(threads, scheduler, state.metrics, on_crash=lambda error: stop.set())
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
 

@@ -1,28 +1,45 @@
-"""Wire messages to tensors and back: the only place that knows the byte layouts.
+"""Wire messages to arrays and back: the only place that knows the byte layouts.
 
 In: `EmbedRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian
-[B+1] become a validated `RaggedBatch` plus the request's options. Out: float32 [B, D] rows,
-postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked dtype, become
-packed little-endian bytes with their shape. Knows nothing about scheduling or gRPC status
-codes: problems are raised as InvalidInputError with a message for the caller.
+[B+1] become a checked `WireBatch` (numpy arrays) plus the request's options. Out: float32
+[B, D] rows, postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked
+dtype, become the bytes of an EmbedResponse, written straight from the rows (no message object
+in between). Everything is numpy: on a request's few rows a torch call costs more than the
+arithmetic. Knows nothing about scheduling or gRPC status codes: problems are raised as
+InvalidInputError with a message for the caller.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.pooling import postprocess
 from hedgerow.errors import InvalidInputError
 from hedgerow.wire import embed_pb2
 
-# Little-endian numpy views used to write the bytes (bfloat16 travels as its 16-bit pattern).
-_WIRE_VIEWS = {
-    embed_pb2.FLOAT32: (torch.float32, "<f4"),
-    embed_pb2.FLOAT16: (torch.float16, "<f2"),
-    embed_pb2.BFLOAT16: (torch.int16, "<i2"),
-}
+# The element type each wire dtype is written as (bfloat16 travels as its 16-bit pattern).
+_WIRE_TYPES = {embed_pb2.FLOAT32: "<f4", embed_pb2.FLOAT16: "<f2", embed_pb2.BFLOAT16: "<u2"}
+
+
+@dataclass(frozen=True)
+class WireBatch:
+    """A request's sequences in the ragged layout, checked: a valid layout under the limit."""
+
+    input_ids: np.ndarray   # int32 [T]
+    cu_seqlens: np.ndarray  # int32 [B+1]
+    lengths: list[int]      # [B]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.size)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def max_seqlen(self) -> int:
+        return max(self.lengths)
 
 
 @dataclass(frozen=True)
@@ -47,13 +64,12 @@ def check_dimensions(dimensions: int, width: int) -> None:
         raise InvalidInputError(f"dimensions {dimensions} exceeds the model's width of {width}")
 
 
-def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> RaggedBatch:
-    """The request's token ids as a RaggedBatch whose layout has been checked.
+def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> WireBatch:
+    """The request's token ids as a WireBatch whose layout has been checked.
 
     Checks what needs no model: non-empty, a valid ragged layout (the same checks and
-    messages as `RaggedBatch.from_arrays`, done in numpy: a few µs instead of tens), the
-    per-request token limit. The engine's own `validate` (vocabulary, sequence length) comes
-    after. The tensors share memory with numpy arrays this function made.
+    messages as `RaggedBatch.from_arrays`), the per-request token limit. The model's own
+    checks (`engine.batch.check_tokens`: vocabulary, sequence length) come after.
     """
     if not request.input_ids and len(request.cu_seqlens) <= 4:
         raise InvalidInputError("empty request: no sequences to embed")
@@ -68,12 +84,12 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Ra
     if cu_seqlens.size <= 64:  # few sequences (most requests): Python ints beat numpy calls
         cu = cu_seqlens.tolist()
         lengths = [b - a for a, b in zip(cu[:-1], cu[1:])]
-        first, last, longest = cu[0], cu[-1], max(lengths)
+        first, last = cu[0], cu[-1]
         short = next((i for i, n in enumerate(lengths) if n <= 0), None)
     else:
         diffs = np.diff(cu_seqlens.astype(np.int64))  # int32 differences could wrap around
         lengths = diffs.tolist()
-        first, last, longest = int(cu_seqlens[0]), int(cu_seqlens[-1]), int(diffs.max())
+        first, last = int(cu_seqlens[0]), int(cu_seqlens[-1])
         short = int((diffs <= 0).argmax()) if bool((diffs <= 0).any()) else None
     if first != 0:
         raise InvalidInputError(f"cu_seqlens must start at 0, not {first}")
@@ -84,14 +100,13 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Ra
     if last != input_ids.size:
         raise InvalidInputError(
             f"cu_seqlens ends at {last} but input_ids holds {input_ids.size} tokens")
-    return RaggedBatch(input_ids=torch.from_numpy(input_ids),
-                       cu_seqlens=torch.from_numpy(cu_seqlens), max_seqlen=longest)
+    return WireBatch(input_ids=input_ids, cu_seqlens=cu_seqlens, lengths=lengths)
 
 
 def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normalize: bool
                    ) -> EmbedOptions:
     """Normalisation, Matryoshka dimensions (1..width, 0 = full) and output dtype."""
-    if request.dtype not in _WIRE_VIEWS:
+    if request.dtype not in _WIRE_TYPES:
         raise InvalidInputError(
             f"dtype {request.dtype} is not one of FLOAT32 (0), FLOAT16 (1), BFLOAT16 (2)")
     check_dimensions(request.dimensions, width)
@@ -100,23 +115,48 @@ def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normaliz
                         dtype=request.dtype)
 
 
-def encode_embeddings(rows: torch.Tensor, options: EmbedOptions, prompt_tokens: int
-                      ) -> embed_pb2.EmbedResponse:
-    """Pooled rows float32 [B, D] -> EmbedResponse with little-endian [B, d] of options.dtype."""
+def bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 values -> their bfloat16 bit patterns, uint16, rounded to nearest even as
+    torch rounds (NaN stays NaN, infinities and overflow are infinite)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16)
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        out[nan] = 0x7FC0  # rounding could carry a NaN's payload into the exponent
+    return out
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_embeddings(rows: np.ndarray, options: EmbedOptions, prompt_tokens: int) -> bytes:
+    """Pooled rows float32 [B, D] -> the bytes of an EmbedResponse holding little-endian
+    [B, d] of options.dtype.
+
+    The fields are written by hand (protobuf's wire format: tag, length, payload) so that the
+    embedding bytes are copied once, from the rows into the answer.
+    """
     out = postprocess(rows, options.normalize, options.dimensions)
-    cast, view = _WIRE_VIEWS[options.dtype]
-    if cast is torch.int16:
-        array = out.to(torch.bfloat16).contiguous().view(torch.int16).numpy()
-    elif out.dtype is cast:
-        array = out.numpy()  # float32 rows: no cast; tobytes() below is the one copy
+    if options.dtype == embed_pb2.BFLOAT16:
+        values = bfloat16_bits(out)
     else:
-        array = out.to(cast).numpy()
-    return embed_pb2.EmbedResponse(
-        embeddings=array.astype(view, copy=False).tobytes(),  # C order, whatever the strides
-        shape=list(out.shape),
-        dtype=options.dtype,
-        prompt_tokens=prompt_tokens,
-    )
+        values = np.ascontiguousarray(out, dtype=_WIRE_TYPES[options.dtype])
+    count, width = out.shape
+    shape = _varint(count) + _varint(width)
+    head = b"\x0a" + _varint(values.nbytes)                            # 1: embeddings
+    tail = b"\x12" + _varint(len(shape)) + shape                       # 2: shape, packed
+    if options.dtype:
+        tail += b"\x18" + _varint(options.dtype)                       # 3: dtype
+    if prompt_tokens:
+        tail += b"\x20" + _varint(prompt_tokens)                       # 4: prompt_tokens
+    return b"".join((head, memoryview(values).cast("B"), tail))
 
 
 def decode_embeddings(response: embed_pb2.EmbedResponse) -> np.ndarray:

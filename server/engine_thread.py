@@ -1,100 +1,184 @@
-"""The one thread that talks to the engine, and the thread that waits for the device.
+"""The one thread that makes every device call: loading, warmup, steps, and Score's ranking.
 
-Every engine call runs on the engine thread: loading, warmup (hot-set capture) and `step`.
-The loop sees plain (pageable) copies of the rows, never a LazyTensor, and the engine thread
-holds every LazyTensor until it drops it, so the pinned host buffers of the device path are
-made and freed on the thread that also captures CUDA graphs, never concurrently with a
-capture. (Freeing a pinned buffer records an event on the stream it was copied on; done from
-another thread while that stream is being captured, the record would land inside the graph.
-An earlier design that let result buffers die on the event loop thread failed on an H200 with
-"CUDA error: invalid argument" in the next pinned allocation, once lazy captures began; this
-one passes the same test.)
+Work arrives in one queue, in order. A step job carries a ragged batch as numpy arrays; the
+thread wraps them as tensors, calls `engine.step` and keeps the LazyTensor in a deque of at
+most `depth`. It blocks on the oldest only when the deque is full or no other job is queued,
+so on a GPU batch N+1 is launched while batch N computes; on CPU `step` computes before it
+returns and the result goes back at once. One exception to blocking at once: right after a
+result went back, the event loop is usually forming the next batch from what waited meanwhile,
+so for up to `handoff_grace` the thread waits for that job instead, checking the oldest result
+every POLL_S; without it, every batch under load would be launched only after the one before
+it finished, and the device would idle for each launch. A finished batch goes back to the
+event loop with
+one `call_soon_threadsafe`: its rows as a float32 numpy array [B, D] (copied out of the
+pinned buffer on a GPU, so that buffer and its LazyTensor die here, on the thread that also
+captures CUDA graphs, never concurrently with a capture), or the error `step` raised, which
+fails that batch only. A call job (load, warmup, rank) runs a function here and hands back
+its result or error.
 
-A result already on the host when `step` returns (always, on CPU) comes back with the launch.
-For one that is not ready, the engine thread hands the LazyTensor straight to a second thread
-(no trip through the event loop), which blocks in `synchronize()` (holding no lock the event
-loop needs), copies the rows out of the pinned buffer into pageable memory and completes the
-launch's `waited` future: one wakeup of the event loop once the device is done, so the engine
-thread stays free to launch the next batch and the result's path back has one thread hop.
-Reading a pinned buffer after its event has completed makes no CUDA call; the LazyTensor
-itself (pinned buffer, event) stays referenced by the engine thread, which drops it at its
-next launch (or at close), so it is still freed there. Knows nothing about requests or
-batching.
+The thread touches no asyncio object: the only way back is `call_soon_threadsafe`. It knows
+nothing about requests, scheduling or gRPC.
 """
 
 import asyncio
-import itertools
+import queue
+import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
 import torch
 
 from hedgerow.engine.batch import RaggedBatch
 
 
-class Launched(NamedTuple):
-    ticket: int
-    started: float   # time.monotonic() when the engine took the batch
-    returned: float  # when `step` returned
-    # The rows, float32 [B, D], when the result was on the host as `step` returned (the CPU
-    # engine, or a device that was quick); None means: the result comes with `waited`.
-    rows: torch.Tensor | None
-    # Completed by the device-wait thread with (rows float32 [B, D] pageable, time.monotonic()
-    # when they were on the host), or with the error `synchronize()` raised; None when `rows`
-    # came with the launch.
-    waited: "Future[tuple[torch.Tensor, float]] | None" = None
+class StepDone(NamedTuple):
+    """What the loop gets back for one step: the rows, or the error, and when it ran."""
+
+    rows: np.ndarray | None      # float32 [B, D]; None when the step failed
+    error: BaseException | None
+    started: float               # time.monotonic() when the engine took the batch
+    finished: float              # when the rows were in host memory (or the step failed)
+
+
+class _Step(NamedTuple):
+    input_ids: np.ndarray        # int32 [T]
+    cu_seqlens: np.ndarray       # int32 [B+1]
+    max_seqlen: int
+    done: Callable[[StepDone], None]   # called on the event loop
+
+
+class _Call(NamedTuple):
+    fn: Callable[..., Any]
+    args: tuple
+    future: "asyncio.Future[Any]"
+
+
+_STOP = object()
+HANDOFF_GRACE_S = 0.5e-3  # the loop's usual time from a hand-back to the next batch's launch
+POLL_S = 0.1e-3
 
 
 class EngineThread:
-    """Runs engine work on one thread and device waits on another; all methods are async."""
+    """Owns the engine thread; `launch` and `run` are called from the event loop."""
 
-    def __init__(self) -> None:
-        self._engine_thread = ThreadPoolExecutor(1, thread_name_prefix="hedgerow-engine")
-        self._wait_thread = ThreadPoolExecutor(1, thread_name_prefix="hedgerow-device-wait")
-        self._tickets = itertools.count()
-        self._pending: dict[int, Any] = {}  # ticket -> LazyTensor; touched on the engine thread
-        self._released: deque[int] = deque()  # tickets whose rows were copied out (wait thread)
+    def __init__(self, depth: int = 1, handoff_grace: float = HANDOFF_GRACE_S) -> None:
+        if depth < 1:
+            raise ValueError("depth must be at least 1")
+        self.depth = depth
+        self.handoff_grace = handoff_grace
         self.engine: Any = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._work, name="hedgerow-engine", daemon=True)
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread.start()
+        return self._loop
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run `fn(*args)` on the engine thread (loading, warmup, anything device-side)."""
-        return await asyncio.get_running_loop().run_in_executor(self._engine_thread, fn, *args)
+        """Run `fn(*args)` on the engine thread (loading, warmup, ranking) and return its
+        result; its exception is raised here."""
+        future = self._started().create_future()
+        self._jobs.put(_Call(fn, args, future))
+        return await future
 
-    def launch(self, batch: RaggedBatch) -> "asyncio.Future[Launched]":
-        """Start `engine.step(batch)` on the engine thread."""
-        ticket = next(self._tickets)
-        return asyncio.get_running_loop().run_in_executor(
-            self._engine_thread, self._launch, ticket, batch)
+    def launch(self, input_ids: np.ndarray, cu_seqlens: np.ndarray, max_seqlen: int,
+               done: Callable[[StepDone], None]) -> None:
+        """Queue `engine.step` of one ragged batch (int32 [T], int32 [B+1]); `done` is
+        called on the event loop once its rows are on the host or the step failed."""
+        self._started()
+        self._jobs.put(_Step(input_ids, cu_seqlens, max_seqlen, done))
 
     async def close(self) -> None:
-        """Let waits in progress finish, drop every LazyTensor on the engine thread, stop."""
-        await self.run(self._wait_thread.shutdown, True)
-        await self.run(self._pending.clear)
-        self._released.clear()
-        self._engine_thread.shutdown(wait=True)
+        """Finish the queued work, drop every LazyTensor on the engine thread, stop it."""
+        if self._loop is None:
+            return
+        self._jobs.put(_STOP)
+        await asyncio.to_thread(self._thread.join)
 
-    # --- on the threads -----------------------------------------------------------------------
+    # --- on the engine thread ----------------------------------------------------------------
 
-    def _launch(self, ticket: int, batch: RaggedBatch) -> Launched:
-        while self._released:  # free finished results here, before `step` may capture
-            self._pending.pop(self._released.popleft(), None)
-        started = time.monotonic()
-        lazy = self.engine.step(batch)
-        returned = time.monotonic()
-        if lazy.ready():
-            return Launched(ticket, started, returned, lazy.synchronize().clone())
-        self._pending[ticket] = lazy
-        waited = self._wait_thread.submit(self._wait, ticket)
-        return Launched(ticket, started, returned, None, waited)
+    def _work(self) -> None:
+        pending: deque[tuple[_Step, Any, float]] = deque()  # (job, LazyTensor, started)
+        handed_back = False  # a result just went back: the loop is likely forming a batch
+        while True:
+            job = None
+            if pending and (len(pending) >= self.depth or self._jobs.empty()):
+                if handed_back and len(pending) < self.depth:
+                    job = self._await_job(pending[0][1])
+                if job is None:
+                    self._finish(*pending.popleft())
+                    handed_back = True
+                    continue
+            if job is None:
+                job = self._jobs.get()
+            handed_back = False
+            if job is _STOP:
+                while pending:
+                    self._finish(*pending.popleft())
+                return
+            if isinstance(job, _Call):
+                self._call(job)
+                continue
+            started = time.monotonic()
+            try:
+                lazy = self.engine.step(RaggedBatch(
+                    input_ids=torch.from_numpy(job.input_ids),
+                    cu_seqlens=torch.from_numpy(job.cu_seqlens), max_seqlen=job.max_seqlen))
+            except Exception as error:  # this batch fails; the thread keeps serving
+                self._hand_back(job.done, StepDone(None, error, started, time.monotonic()))
+                continue
+            if lazy.ready():
+                self._finish(job, lazy, started)
+                handed_back = True
+            else:
+                pending.append((job, lazy, started))
 
-    def _wait(self, ticket: int) -> tuple[torch.Tensor, float]:
-        lazy = self._pending[ticket]
+    def _await_job(self, oldest: Any) -> Any:
+        """The next job if one comes within the hand-off grace while `oldest` computes; None
+        once `oldest` is ready or the grace is over."""
+        deadline = time.monotonic() + self.handoff_grace
+        while not oldest.ready() and time.monotonic() < deadline:
+            try:
+                return self._jobs.get(timeout=POLL_S)
+            except queue.Empty:
+                pass
+        return None
+
+    def _finish(self, job: _Step, lazy: Any, started: float) -> None:
         try:
-            rows = lazy.synchronize().clone()
-            done = time.monotonic()
-        finally:
-            del lazy  # this thread holds no reference once the ticket is released
-            self._released.append(ticket)  # the engine thread drops the LazyTensor
-        return rows, done
+            rows = lazy.synchronize().numpy()
+            if lazy.pinned:
+                rows = rows.copy()  # the pinned buffer is freed here, with `lazy`
+            done = StepDone(rows, None, started, time.monotonic())
+        except Exception as error:
+            done = StepDone(None, error, started, time.monotonic())
+        del lazy
+        self._hand_back(job.done, done)
+
+    def _call(self, job: _Call) -> None:
+        try:
+            result = job.fn(*job.args)
+        except BaseException as error:
+            self._hand_back(_settle, job.future, None, error)
+        else:
+            self._hand_back(_settle, job.future, result, None)
+
+    def _hand_back(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the event loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -28,7 +28,8 @@ class Request:
 
     `payloads[i]` is what the engine needs for sequence i (e.g. an int32 token slice) and
     `lengths[i]` its token count. `deadline` is on the caller's clock; None means none.
-    `handle` is the caller's (a future, say); the scheduler never looks inside it.
+    `handle` is the caller's (a future, say) and `ragged` what the engine needs for the whole
+    request at once, when it rides in one batch; the scheduler never looks inside either.
     """
 
     payloads: list[Any]
@@ -36,6 +37,7 @@ class Request:
     deadline: float | None = None
     arrival: float = 0.0
     handle: Any = None
+    ragged: Any = None
     state: str = PENDING
     rows: list[Any] = field(default_factory=list)
     remaining: int = 0          # sequences without a row yet
@@ -68,7 +70,7 @@ class Entry:
     length: int
 
 
-@dataclass
+@dataclass(eq=False)
 class Batch:
     """What `next_batch` hands out: entries in pool order, and the requests it dropped."""
 

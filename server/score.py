@@ -1,7 +1,7 @@
 """The Score RPC's request and response: a query and its documents in, the best documents out.
 
 In: `ScoreRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian [N+2]
-(sequence 0 the query, sequences 1..N the documents) become a `ScoreQuery`: a RaggedBatch checked
+(sequence 0 the query, sequences 1..N the documents) become a `ScoreQuery`: a WireBatch checked
 as Embed's is (layout, per-request token limit), `top_n` and `dimensions`. Out: the engine's
 pooled rows float32 [N+1, D] are cut to `dimensions` (Matryoshka, before the cosine, which
 normalises by itself) and ranked by `engine.scoring.cosine_topk` (query row 0 against rows
@@ -14,19 +14,19 @@ InvalidInputError with a message for the caller.
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.pooling import postprocess
 from hedgerow.engine.scoring import cosine_topk
 from hedgerow.errors import InvalidInputError
-from hedgerow.server.convert import check_dimensions, decode_batch
+from hedgerow.server.convert import WireBatch, check_dimensions, decode_batch
 from hedgerow.wire import embed_pb2
 
 
 @dataclass(frozen=True)
 class ScoreQuery:
-    batch: RaggedBatch       # sequence 0 the query, 1..N the documents
+    batch: WireBatch         # sequence 0 the query, 1..N the documents
     top_n: int               # >= 1; above N means all N
     dimensions: int | None   # None: the model's full width
 
@@ -52,16 +52,16 @@ def decode_score(request: embed_pb2.ScoreRequest, max_request_tokens: int, width
     return ScoreQuery(batch=batch, top_n=request.top_n, dimensions=request.dimensions or None)
 
 
-def rank(rows: torch.Tensor, query: ScoreQuery, device: str | torch.device
+def rank(rows: np.ndarray, query: ScoreQuery, device: str | torch.device
          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank the documents of pooled `rows` float32 [N+1, D] (host) on `device`.
 
     Returns (indices int64 [min(top_n, N)], scores float32 [min(top_n, N)]) on the host: document
-    indices 0..N-1 best first and their cosine with the query. Run it where `device` may be
-    used (for CUDA: the engine thread). A document's score depends only on its row and the
-    query's, never on the other documents (see engine/scoring.py).
+    indices 0..N-1 best first and their cosine with the query. Runs on the engine thread, where
+    the device may be used. A document's score depends only on its row and the query's, never
+    on the other documents (see engine/scoring.py).
     """
-    cut = postprocess(rows, False, query.dimensions).to(device)
+    cut = torch.from_numpy(postprocess(rows, False, query.dimensions)).to(device)
     indices, scores = cosine_topk(cut[0], cut[1:], query.top_n)
     return indices.cpu(), scores.cpu()
 

@@ -1,13 +1,13 @@
 """The gRPC Embedder servicer: convert, call, convert back; errors translated in one place.
 
 `Embed` decodes and validates the request (ragged layout, per-request token limit, the
-engine's vocabulary and length checks, dimensions and dtype), submits its sequences to the
-scheduling loop with the call's deadline, awaits the rows and encodes them. `Score` does the
-same with a query and its documents (server/score.py), then ranks the documents by cosine:
-on a worker thread on CPU, on the engine thread on CUDA (device work never runs elsewhere).
-`Info` reports the engine's model. Every HedgerowError becomes its status code in `_abort`;
-nothing else is caught. `add_to_server` registers it with decoders that turn bytes that are no
-valid message into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
+model's vocabulary and length checks, dimensions and dtype), submits it to the scheduling loop
+with the call's deadline, awaits the rows and answers the response's bytes, written straight
+from them. `Score` does the same with a query and its documents (server/score.py), then ranks
+the documents by cosine on the engine thread (device work never runs elsewhere). `Info`
+reports the engine's model. Every HedgerowError becomes its status code in `_abort`; nothing
+else is caught. `add_to_server` registers it with decoders that turn bytes that are no valid
+message into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
 internals.
 """
 
@@ -16,7 +16,7 @@ import logging
 import time
 
 import grpc
-import torch
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from hedgerow import __version__
@@ -24,8 +24,9 @@ from hedgerow.errors import (
     HedgerowError, InvalidInputError, NotReadyError, OverloadedError,
 )
 from hedgerow.logs import fields
+from hedgerow.engine.batch import check_tokens
 from hedgerow.server import metrics as m
-from hedgerow.server.convert import decode_batch, decode_options, encode_embeddings
+from hedgerow.server.convert import WireBatch, decode_batch, decode_options, encode_embeddings
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
 from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
@@ -71,14 +72,16 @@ def _tolerant_decoder(message_class):
 
 def add_to_server(servicer: "EmbedderService", server: grpc.aio.Server) -> None:
     """Register `servicer` as the generated add_EmbedderServicer_to_server does, but with
-    decoders that hand malformed bytes to the servicer (answered INVALID_ARGUMENT)."""
+    decoders that hand malformed bytes to the servicer (answered INVALID_ARGUMENT), and Embed
+    answering the bytes its handler wrote."""
     handlers = {}
     for method in embed_pb2.DESCRIPTOR.services_by_name["Embedder"].methods:
         request = getattr(embed_pb2, method.input_type.name)
         response = getattr(embed_pb2, method.output_type.name)
+        serialize = None if method.name == "Embed" else response.SerializeToString
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method.name), request_deserializer=_tolerant_decoder(request),
-            response_serializer=response.SerializeToString)
+            response_serializer=serialize)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
@@ -123,10 +126,9 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         return response
 
     async def _embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext,
-                     start: float) -> embed_pb2.EmbedResponse:
+                     start: float) -> bytes:
         engine, loop = self._ready()
-        batch = decode_batch(request, self._state.settings.max_request_tokens)
-        engine.validate(batch)
+        batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
         options = decode_options(request, engine.info.dimensions, engine.info.normalize)
         rows = await self._rows(loop, batch, context, start)
         return encode_embeddings(rows, options, batch.num_tokens)
@@ -136,24 +138,25 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         engine, loop = self._ready()
         query = decode_score(request, self._state.settings.max_request_tokens,
                              engine.info.dimensions)
-        engine.validate(query.batch)
+        self._checked(query.batch)
         rows = await self._rows(loop, query.batch, context, start)
-        device = engine.info.device
-        if device == "cpu":
-            indices, scores = await asyncio.to_thread(rank, rows, query, device)
-        else:
-            indices, scores = await self._state.engine_thread.run(rank, rows, query, device)
+        indices, scores = await self._state.engine_thread.run(rank, rows, query,
+                                                              engine.info.device)
         return encode_scores(indices, scores, query.batch.num_tokens)
 
-    async def _rows(self, loop, batch, context: grpc.aio.ServicerContext, start: float
-                    ) -> torch.Tensor:
-        """Submit the batch's sequences with the call's deadline; their rows float32 [B, D]."""
+    def _checked(self, batch: WireBatch) -> WireBatch:
+        """`batch`, once the model's own checks (vocabulary, sequence length) pass."""
+        info = self._state.engine.info
+        check_tokens(batch.input_ids, batch.cu_seqlens, batch.max_seqlen, info.vocab_size,
+                     info.max_tokens)
+        return batch
+
+    async def _rows(self, loop, batch: WireBatch, context: grpc.aio.ServicerContext,
+                    start: float) -> np.ndarray:
+        """Submit the batch with the call's deadline; its rows float32 [B, D]."""
         remaining = context.time_remaining()
         deadline = None if remaining is None else start + remaining
-        ids = batch.input_ids.numpy()  # int32 [T]; each sequence a view of it
-        cu = batch.cu_seqlens.tolist()
-        sequences = [ids] if len(cu) == 2 else [ids[a:b] for a, b in zip(cu[:-1], cu[1:])]
-        pending = loop.submit(sequences, deadline)
+        pending = loop.submit(batch.input_ids, batch.cu_seqlens, batch.lengths, deadline)
         return await loop.result(pending)
 
     async def Info(self, request: embed_pb2.InfoRequest, context: grpc.aio.ServicerContext

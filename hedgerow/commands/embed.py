@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     texts: list[str] = list(args.texts)
     check_texts(texts)  # before loading anything: a bad call fails in milliseconds
 
+    import numpy as np
     import torch
 
     from hedgerow.defaults import default_model_path
@@ -174,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
             engine.validate(batch)
             rows.append(engine.step(batch).synchronize())
             progress.update(batch.num_tokens)
-    embeddings = postprocess(torch.cat(rows), normalize, config.dimensions)
-    broken = (~torch.isfinite(embeddings)).any(dim=1).nonzero()
+    embeddings = postprocess(torch.cat(rows).numpy(), normalize, config.dimensions)
+    broken = np.flatnonzero(~np.isfinite(embeddings).all(axis=1))
     if len(broken):
         raise ModelLoadError(
             f"the model produced NaN or infinite values (first for text {int(broken[0])}): its "

@@ -54,7 +54,8 @@ def test_one_ragged_batch_matches_sentence_transformers(engine, sequences, defau
     reference_model = SentenceTransformer(str(default_model_dir), device="cpu")
     batch = RaggedBatch.from_sequences(sequences)
     engine.validate(batch)
-    ours = postprocess(engine.step(batch).synchronize(), normalize=True, dimensions=None)
+    ours = torch.from_numpy(postprocess(engine.step(batch).synchronize().numpy(),
+                                        normalize=True, dimensions=None))
     assert ours.shape == (len(sequences), 384) and ours.dtype == torch.float32
     with torch.inference_mode():
         for i, seq in enumerate(sequences):

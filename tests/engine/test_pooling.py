@@ -1,6 +1,7 @@
 """Pooling on the ragged layout and postprocess (truncate, then normalise), against plain
 per-sequence loops."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,25 +54,33 @@ def test_pool_rejects_an_unknown_mode(ragged):
 
 
 def test_postprocess_truncates_then_normalises():
-    embeddings = torch.tensor([[3.0, 4.0, 12.0], [0.0, 2.0, 1.0]])
+    embeddings = np.array([[3.0, 4.0, 12.0], [0.0, 2.0, 1.0]], dtype=np.float32)
     out = postprocess(embeddings, normalize=True, dimensions=2)
-    torch.testing.assert_close(out, torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 1.0]], rtol=1e-6)
+
+
+def test_postprocess_matches_torch_normalize():
+    embeddings = torch.randn(17, 33, generator=torch.Generator().manual_seed(1)) * 40
+    want = torch.nn.functional.normalize(embeddings[:, :31], dim=-1).numpy()
+    np.testing.assert_allclose(postprocess(embeddings.numpy(), True, 31), want,
+                               rtol=0, atol=2e-7)
 
 
 def test_postprocess_without_normalising_keeps_values():
-    embeddings = torch.tensor([[3.0, 4.0, 12.0]])
+    embeddings = np.array([[3.0, 4.0, 12.0]], dtype=np.float32)
     assert postprocess(embeddings, normalize=False, dimensions=None) is embeddings
-    torch.testing.assert_close(postprocess(embeddings, False, 1), torch.tensor([[3.0]]))
-    torch.testing.assert_close(postprocess(embeddings, True, None).norm(dim=-1),
-                               torch.tensor([1.0]))
+    np.testing.assert_array_equal(postprocess(embeddings, False, 1), [[3.0]])
+    np.testing.assert_allclose(np.linalg.norm(postprocess(embeddings, True, None), axis=-1),
+                               [1.0], rtol=1e-6)
 
 
 def test_postprocess_normalising_a_zero_vector_gives_zeros_not_nan():
-    out = postprocess(torch.zeros(1, 4), normalize=True, dimensions=None)
-    assert torch.equal(out, torch.zeros(1, 4))
+    out = postprocess(np.zeros((1, 4), dtype=np.float32), normalize=True, dimensions=None)
+    np.testing.assert_array_equal(out, np.zeros((1, 4)))
 
 
 @pytest.mark.parametrize("dimensions", [0, -1, 4])
 def test_postprocess_rejects_dimensions_out_of_range(dimensions):
     with pytest.raises(InvalidInputError, match="between 1 and the model's width 3"):
-        postprocess(torch.ones(2, 3), normalize=True, dimensions=dimensions)
+        postprocess(np.ones((2, 3), dtype=np.float32), normalize=True, dimensions=dimensions)

@@ -1,21 +1,25 @@
-"""The scheduling loop's overlap, ordering, cancellation and failure handling.
+"""The scheduling loop and the engine thread: overlap, ordering, cancellation, failures.
 
 Most tests use a stand-in engine on purpose: what they check is how the loop behaves when
 `step` returns at once and the result arrives later (a GPU), which cannot happen on this
 CPU-only machine. The stand-in's LazyTensor-like handles stay not-ready until the test
 releases them; its rows encode which sequence they belong to, so misrouting would show.
 `CompletedEngine` answers the way the CPU engine does (a completed LazyTensor). The real
-engine behind the real server is covered by test_server_process.py.
+engine behind the real server is covered by test_server_process.py. Every test runs its
+event loop in asyncio's debug mode, which raises when another thread touches the loop's
+objects (a callback or future set from the engine thread would fail the test).
 """
 
 import asyncio
 import threading
 
+import numpy as np
 import pytest
 import torch
 
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.errors import NotReadyError, OverloadedError
+from hedgerow.server.engine_thread import EngineThread
 from hedgerow.server.loop import DeadlineExceededError, EmbedLoop, EngineStepError
 from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.scheduler import Scheduler
@@ -23,8 +27,14 @@ from hedgerow.server.scheduler import Scheduler
 WIDTH = 4
 
 
+def run(main):
+    return asyncio.run(main(), debug=True)
+
+
 class PendingResult:
     """Like a LazyTensor on a GPU: not ready until released; synchronize() blocks until then."""
+
+    pinned = True
 
     def __init__(self, rows: torch.Tensor) -> None:
         self._rows = rows
@@ -49,8 +59,11 @@ class DeviceLikeEngine:
         self.batches: list[list[list[int]]] = []
         self.results: list[PendingResult] = []
         self.fail_on_token = fail_on_token
+        self.open = threading.Event()  # `step` waits for it: a test can hold the engine thread
+        self.open.set()
 
     def step(self, batch):
+        assert self.open.wait(30), "test never let the engine thread go on"
         cu = batch.cu_seqlens.tolist()
         seqs = [batch.input_ids[a:b].tolist() for a, b in zip(cu[:-1], cu[1:])]
         if self.fail_on_token is not None and any(self.fail_on_token in s for s in seqs):
@@ -83,8 +96,17 @@ class CompletedEngine:
         return LazyTensor.completed(torch.tensor([[f] * WIDTH for f in firsts]))
 
 
-def seq(*tokens: int) -> torch.Tensor:
-    return torch.tensor(tokens, dtype=torch.int32)
+def seq(*tokens: int) -> list[int]:
+    return list(tokens)
+
+
+def submit(loop: EmbedLoop, sequences: list[list[int]], deadline: float | None):
+    """Submit token-id lists as one request, in the ragged layout the servicer hands over."""
+    lengths = [len(s) for s in sequences]
+    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    input_ids = np.asarray([t for s in sequences for t in s], dtype=np.int32)
+    return loop.submit(input_ids, cu_seqlens, lengths, deadline)
 
 
 async def until(condition, timeout: float = 10.0) -> None:
@@ -95,22 +117,29 @@ async def until(condition, timeout: float = 10.0) -> None:
     raise AssertionError("condition never held")
 
 
-def make_loop(engine, *, tokens=4, seqs=8, inflight=1000, clock=None) -> EmbedLoop:
+def make_loop(engine, *, tokens=4, seqs=8, inflight=1000, clock=None, depth=2,
+              handoff_grace=0.5e-3) -> EmbedLoop:
+    threads = EngineThread(depth=depth, handoff_grace=handoff_grace)
+    threads.engine = engine
     scheduler = Scheduler(tokens, seqs, inflight)
     kwargs = {"clock": clock} if clock else {}
-    return EmbedLoop(engine, scheduler, ServerMetrics(), **kwargs)
+    return EmbedLoop(threads, scheduler, ServerMetrics(), **kwargs)
 
 
 def test_batch_n_plus_1_is_launched_while_batch_n_is_pending():
+    """The engine thread blocks on the oldest result only when `depth` are pending or nothing
+    else is queued: B, queued behind A, is launched while A computes; C waits in the pool
+    (two batches on the engine) and is launched once A is back, within the hand-off grace
+    (long here, so that a busy machine cannot make the test miss it)."""
     async def main():
         engine = DeviceLikeEngine()
-        loop = make_loop(engine, tokens=4)
-        loop.start()
-        a = loop.submit([seq(10, 1, 1, 1)], None)
-        await until(lambda: len(engine.batches) == 1)
-        b = loop.submit([seq(20, 2, 2, 2)], None)
-        await until(lambda: len(engine.batches) == 2)      # launched, A still pending
-        c = loop.submit([seq(30, 3, 3, 3)], None)
+        engine.open.clear()                                # A's step waits until B is queued
+        loop = make_loop(engine, tokens=4, handoff_grace=30.0)
+        a = submit(loop, [seq(10, 1, 1, 1)], None)
+        b = submit(loop, [seq(20, 2, 2, 2)], None)
+        c = submit(loop, [seq(30, 3, 3, 3)], None)
+        engine.open.set()
+        await until(lambda: len(engine.batches) == 2)      # B launched, A still pending
         await asyncio.sleep(0.05)
         assert len(engine.batches) == 2 and not engine.results[0].ready()  # depth 2: C waits
         engine.results[0].release()
@@ -122,7 +151,7 @@ def test_batch_n_plus_1_is_launched_while_batch_n_is_pending():
         await loop.close()
         return rows_a, rows_b, rows_c
 
-    rows_a, rows_b, rows_c = asyncio.run(main())
+    rows_a, rows_b, rows_c = run(main)
     assert rows_a.tolist() == [[10.0] * WIDTH]
     assert rows_b.tolist() == [[20.0] * WIDTH]
     assert rows_c.tolist() == [[30.0] * WIDTH]
@@ -132,8 +161,7 @@ def test_a_request_split_over_batches_gets_its_rows_in_its_own_order():
     async def main():
         engine = DeviceLikeEngine()
         loop = make_loop(engine, tokens=3, seqs=2)
-        loop.start()
-        request = loop.submit([seq(1, 0), seq(2), seq(3, 0), seq(4), seq(5, 0, 0)], None)
+        request = submit(loop, [seq(1, 0), seq(2), seq(3, 0), seq(4), seq(5, 0, 0)], None)
         while not request.handle.done():
             engine.release_all()
             await asyncio.sleep(0.005)
@@ -141,7 +169,7 @@ def test_a_request_split_over_batches_gets_its_rows_in_its_own_order():
         await loop.close()
         return rows, engine.batches
 
-    rows, batches = asyncio.run(main())
+    rows, batches = run(main)
     assert [r[0] for r in rows.tolist()] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert len(batches) >= 3 and all(sum(len(s) for s in b) <= 3 for b in batches)
 
@@ -151,16 +179,17 @@ def test_cancelled_and_expired_requests_never_reach_the_engine():
 
     async def main():
         engine = DeviceLikeEngine()
+        engine.open.clear()                                # first's step waits for second
         loop = make_loop(engine, tokens=4, clock=lambda: now[0])
-        loop.start()
-        first = loop.submit([seq(10, 1, 1, 1)], None)
-        second = loop.submit([seq(20, 2, 2, 2)], None)
+        first = submit(loop, [seq(10, 1, 1, 1)], None)
+        second = submit(loop, [seq(20, 2, 2, 2)], None)
+        engine.open.set()
         await until(lambda: len(engine.batches) == 2)      # both in flight, depth reached
-        doomed = loop.submit([seq(66, 6)], deadline=5.0)
-        waiter = asyncio.ensure_future(loop.result(loop.submit([seq(77, 7)], None)))
+        doomed = submit(loop, [seq(66, 6)], deadline=5.0)
+        waiter = asyncio.ensure_future(loop.result(submit(loop, [seq(77, 7)], None)))
         await asyncio.sleep(0.01)
         waiter.cancel()                                    # the caller goes away
-        kept = loop.submit([seq(30, 3)], None)
+        kept = submit(loop, [seq(30, 3)], None)
         now[0] = 10.0                                      # doomed's deadline passes
         engine.release_all()
         await loop.result(first)
@@ -175,20 +204,24 @@ def test_cancelled_and_expired_requests_never_reach_the_engine():
         await loop.close()
         return engine.tokens_seen, rows
 
-    tokens_seen, rows = asyncio.run(main())
+    tokens_seen, rows = run(main)
     assert 66 not in tokens_seen and 77 not in tokens_seen
     assert rows.tolist() == [[30.0] * WIDTH]
 
 
-def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving():
+def test_an_engine_failure_fails_only_its_batch_and_the_loop_keeps_serving():
     async def main():
         engine = DeviceLikeEngine(fail_on_token=99)
+        engine.open.clear()                                # before's step waits for bad
         loop = make_loop(engine, tokens=2)
-        loop.start()
-        bad = loop.submit([seq(99, 9)], None)
+        before = submit(loop, [seq(4, 4)], None)           # in flight beside the bad batch
+        bad = submit(loop, [seq(99, 9)], None)
+        engine.open.set()
         with pytest.raises(EngineStepError, match="device fell over"):
             await loop.result(bad)
-        good = loop.submit([seq(5, 5)], None)
+        engine.release_all()
+        assert (await loop.result(before)).tolist() == [[4.0] * WIDTH]
+        good = submit(loop, [seq(5, 5)], None)
         while not good.handle.done():
             engine.release_all()
             await asyncio.sleep(0.005)
@@ -196,20 +229,19 @@ def test_an_engine_failure_fails_its_requests_and_the_loop_keeps_serving():
         await loop.close()
         return rows
 
-    assert asyncio.run(main()).tolist() == [[5.0] * WIDTH]
+    assert run(main).tolist() == [[5.0] * WIDTH]
 
 
 def test_admission_and_shutdown_refuse_at_once():
     async def main():
         engine = DeviceLikeEngine()
         loop = make_loop(engine, tokens=4, inflight=6)
-        loop.start()
-        held = loop.submit([seq(1, 1, 1, 1)], None)
+        held = submit(loop, [seq(1, 1, 1, 1)], None)
         with pytest.raises(OverloadedError):
-            loop.submit([seq(2, 2, 2)], None)
+            submit(loop, [seq(2, 2, 2)], None)
         loop.stop_admitting()
         with pytest.raises(NotReadyError, match="shutting down"):
-            loop.submit([seq(3)], None)
+            submit(loop, [seq(3)], None)
         drained_early = await loop.drain(0.05)             # held is not answered yet
         engine.release_all()
         drained = await loop.drain(5)
@@ -217,7 +249,7 @@ def test_admission_and_shutdown_refuse_at_once():
         await loop.close()
         return drained_early, drained, rows
 
-    drained_early, drained, rows = asyncio.run(main())
+    drained_early, drained, rows = run(main)
     assert drained_early is False and drained is True
     assert rows.tolist() == [[1.0] * WIDTH]
 
@@ -226,15 +258,14 @@ def test_results_complete_when_step_returns_them_ready_as_on_cpu():
     async def main():
         engine = CompletedEngine()
         loop = make_loop(engine, tokens=3, seqs=2)
-        loop.start()
-        requests = [loop.submit([seq(10 * r + i, 0) for i in range(1 + r % 3)], None)
+        requests = [submit(loop, [seq(10 * r + i, 0) for i in range(1 + r % 3)], None)
                     for r in range(7)]
         rows = [await loop.result(request) for request in requests]
         assert await loop.drain(5)
         await loop.close()
         return rows, engine.steps
 
-    rows, steps = asyncio.run(main())
+    rows, steps = run(main)
     for r, got in enumerate(rows):
         assert [row[0] for row in got.tolist()] == [10.0 * r + i for i in range(1 + r % 3)]
     assert steps >= 7
@@ -249,27 +280,30 @@ def test_a_crashed_loop_fails_pending_work_refuses_more_and_reports_the_crash():
     crashes = []
 
     async def main():
-        loop = EmbedLoop(CompletedEngine(), BrokenScheduler(4, 8, 1000), ServerMetrics(),
+        threads = EngineThread(depth=2)
+        threads.engine = CompletedEngine()
+        loop = EmbedLoop(threads, BrokenScheduler(4, 8, 1000), ServerMetrics(),
                          on_crash=crashes.append)
-        loop.start()
-        first = loop.submit([seq(1, 1, 1, 1)], None)
-        second = loop.submit([seq(2, 2)], None)
+        first = submit(loop, [seq(1, 1, 1, 1)], None)
+        second = submit(loop, [seq(2, 2)], None)
         outcomes = []
         for request in (first, second):
             with pytest.raises(EngineStepError, match="scheduling loop failed") as error:
                 await loop.result(request)
             outcomes.append(error.value)
         with pytest.raises(NotReadyError, match="server failed"):
-            loop.submit([seq(3)], None)
+            submit(loop, [seq(3)], None)
         await loop.close()
         return outcomes
 
-    assert len(asyncio.run(main())) == 2
+    assert len(run(main)) == 2
     assert len(crashes) == 1 and "a bug in result assembly" in str(crashes[0])
 
 
 class FreedWhereResult:
     """Not ready when `step` returns, ready at the first wait; records the thread it dies on."""
+
+    pinned = True
 
     def __init__(self, rows: torch.Tensor, freed: list[str]) -> None:
         self._rows = rows
@@ -296,21 +330,20 @@ class KeepsNothingEngine:
         return FreedWhereResult(torch.full((batch.num_seqs, WIDTH), first), self.freed)
 
 
-def test_results_waited_for_elsewhere_are_still_freed_on_the_engine_thread():
-    """The wait thread copies the rows out; the result itself (on a GPU: its pinned buffer)
-    must die on the engine thread, where graphs are captured, never on the wait thread."""
+def test_results_are_freed_on_the_engine_thread():
+    """The loop gets a copy of the rows; the result itself (on a GPU: its pinned buffer) must
+    die on the engine thread, where graphs are captured, never on the event loop's."""
     async def main():
         engine = KeepsNothingEngine()
         loop = make_loop(engine, tokens=4)
-        loop.start()
         rows = []
         for token in (5, 6, 7):
-            rows.append((await loop.result(loop.submit([seq(token, 1)], None))).tolist())
+            rows.append((await loop.result(submit(loop, [seq(token, 1)], None))).tolist())
         await loop.drain(5)
         await loop.close()
         return engine.freed, rows
 
-    freed, rows = asyncio.run(main())
+    freed, rows = run(main)
     assert rows == [[[5.0] * WIDTH], [[6.0] * WIDTH], [[7.0] * WIDTH]]
     assert len(freed) == 3
     assert all(name.startswith("hedgerow-engine") for name in freed), freed

@@ -63,8 +63,8 @@ def engine(model_dir):
 
 
 def reference(engine, sequences) -> np.ndarray:
-    rows = engine.step(RaggedBatch.from_sequences(sequences)).synchronize().clone()
-    return postprocess(rows, True, None).numpy()
+    rows = engine.step(RaggedBatch.from_sequences(sequences)).synchronize().numpy().copy()
+    return postprocess(rows, True, None)
 
 
 def test_the_hot_set_is_captured_before_serving(server):

@@ -49,7 +49,7 @@ def stub(server):
 
 def reference(engine, sequences, normalize=True, dimensions=None) -> np.ndarray:
     rows = engine.step(RaggedBatch.from_sequences(sequences)).synchronize()
-    return postprocess(rows, normalize, dimensions).numpy()
+    return postprocess(rows.numpy(), normalize, dimensions)
 
 
 def test_info_describes_the_served_model(stub, engine):
