@@ -4,6 +4,7 @@
 `max_seqlen` the longest sequence. The same names are used from the wire to the kernels.
 """
 
+import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -74,21 +75,21 @@ class RaggedBatch:
         return (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
 
 
-def check_tokens(input_ids: np.ndarray, cu_seqlens: np.ndarray, max_seqlen: int,
+def check_tokens(input_ids: np.ndarray, cu_seqlens: Sequence[int], max_seqlen: int,
                  vocab_size: int, max_tokens: int) -> None:
     """Raise InvalidInputError for a token id outside [0, vocab_size) or a sequence longer than
-    `max_tokens`, naming the first. `input_ids` int32 [T] and `cu_seqlens` int32 [B+1] are a
-    valid ragged layout on the host (numpy: on a few ids a torch call costs more than the
-    check)."""
-    if input_ids.size and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
+    `max_tokens`, naming the first. `input_ids` int32 [T] (numpy, on the host) and the offsets
+    `cu_seqlens` [B+1] are a valid ragged layout."""
+    # As unsigned, a negative id is larger than any vocabulary: one reduction checks both ends.
+    if input_ids.size and int(input_ids.view(np.uint32).max()) >= vocab_size:
         bad = int(np.flatnonzero((input_ids < 0) | (input_ids >= vocab_size))[0])
-        seq = int(np.searchsorted(cu_seqlens, bad, side="right")) - 1
+        seq = bisect.bisect_right(cu_seqlens, bad) - 1
         raise InvalidInputError(
             f"token id {int(input_ids[bad])} in sequence {seq} is outside the vocabulary "
             f"[0, {vocab_size})")
     if max_seqlen > max_tokens:
-        lengths = np.diff(cu_seqlens)
-        seq = int(np.flatnonzero(lengths > max_tokens)[0])
+        lengths = [b - a for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:])]
+        seq = next(i for i, n in enumerate(lengths) if n > max_tokens)
         raise InvalidInputError(
-            f"sequence {seq} has {int(lengths[seq])} tokens; the model accepts at most "
+            f"sequence {seq} has {lengths[seq]} tokens; the model accepts at most "
             f"{max_tokens} tokens per sequence")

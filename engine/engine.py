@@ -97,7 +97,7 @@ class Engine:
     def validate(self, batch: RaggedBatch) -> None:
         """Raise InvalidInputError for a token id outside [0, vocab_size) or a sequence
         longer than `info.max_tokens` (see `batch.check_tokens`). Reads host tensors only."""
-        check_tokens(batch.input_ids.numpy(), batch.cu_seqlens.numpy(), batch.max_seqlen,
+        check_tokens(batch.input_ids.numpy(), batch.cu_seqlens.tolist(), batch.max_seqlen,
                      self.info.vocab_size, self.info.max_tokens)
 
     def step(self, batch: RaggedBatch) -> LazyTensor:

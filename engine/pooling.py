@@ -43,15 +43,15 @@ def postprocess(embeddings: np.ndarray, normalize: bool, dimensions: int | None)
 
     Raises InvalidInputError when `dimensions` is not in 1..D.
     """
-    width = embeddings.shape[-1]
+    width = embeddings.shape[1]
     if dimensions is not None:
         if isinstance(dimensions, bool) or not isinstance(dimensions, int):
             raise InvalidInputError(f"dimensions must be an integer, got {dimensions!r}")
         if not 1 <= dimensions <= width:
             raise InvalidInputError(
                 f"dimensions must be between 1 and the model's width {width}, got {dimensions}")
-        embeddings = embeddings[..., :dimensions]
+        embeddings = embeddings[:, :dimensions]
     if normalize:
-        norms = np.linalg.norm(embeddings, axis=-1, keepdims=True)
+        norms = np.sqrt(np.einsum("ij,ij->i", embeddings, embeddings))[:, None]
         embeddings = embeddings / np.maximum(norms, np.float32(1e-12))
     return embeddings

@@ -9,6 +9,7 @@ arithmetic. Knows nothing about scheduling or gRPC status codes: problems are ra
 InvalidInputError with a message for the caller.
 """
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +26,9 @@ _WIRE_TYPES = {embed_pb2.FLOAT32: "<f4", embed_pb2.FLOAT16: "<f2", embed_pb2.BFL
 class WireBatch:
     """A request's sequences in the ragged layout, checked: a valid layout under the limit."""
 
-    input_ids: np.ndarray   # int32 [T]
-    cu_seqlens: np.ndarray  # int32 [B+1]
-    lengths: list[int]      # [B]
+    input_ids: np.ndarray        # int32 [T]
+    cu_seqlens: tuple[int, ...]  # [B+1]
+    lengths: list[int]           # [B]
 
     @property
     def num_tokens(self) -> int:
@@ -69,28 +70,26 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Wi
 
     Checks what needs no model: non-empty, a valid ragged layout (the same checks and
     messages as `RaggedBatch.from_arrays`), the per-request token limit. The model's own
-    checks (`engine.batch.check_tokens`: vocabulary, sequence length) come after.
+    checks (`engine.batch.check_tokens`: vocabulary, sequence length) come after. The offsets
+    are read as Python ints: on a request's few sequences each numpy call costs more (its
+    code is cold between requests) than the arithmetic.
     """
     if not request.input_ids and len(request.cu_seqlens) <= 4:
         raise InvalidInputError("empty request: no sequences to embed")
     input_ids = decode_int32(request.input_ids, "input_ids")
-    cu_seqlens = decode_int32(request.cu_seqlens, "cu_seqlens")
+    raw_cu = request.cu_seqlens
+    if len(raw_cu) % 4:
+        decode_int32(raw_cu, "cu_seqlens")  # raises, naming the field
+    cu = struct.unpack(f"<{len(raw_cu) // 4}i", raw_cu)
     if input_ids.size > max_request_tokens:
         raise InvalidInputError(
             f"request carries {input_ids.size} tokens, more than this server's per-request "
             f"limit of {max_request_tokens}; split it into smaller requests")
-    if cu_seqlens.size < 2:
+    if len(cu) < 2:
         raise InvalidInputError("cu_seqlens needs at least two entries (one sequence)")
-    if cu_seqlens.size <= 64:  # few sequences (most requests): Python ints beat numpy calls
-        cu = cu_seqlens.tolist()
-        lengths = [b - a for a, b in zip(cu[:-1], cu[1:])]
-        first, last = cu[0], cu[-1]
-        short = next((i for i, n in enumerate(lengths) if n <= 0), None)
-    else:
-        diffs = np.diff(cu_seqlens.astype(np.int64))  # int32 differences could wrap around
-        lengths = diffs.tolist()
-        first, last = int(cu_seqlens[0]), int(cu_seqlens[-1])
-        short = int((diffs <= 0).argmax()) if bool((diffs <= 0).any()) else None
+    lengths = [b - a for a, b in zip(cu[:-1], cu[1:])]
+    first, last = cu[0], cu[-1]
+    short = next((i for i, n in enumerate(lengths) if n <= 0), None)
     if first != 0:
         raise InvalidInputError(f"cu_seqlens must start at 0, not {first}")
     if short is not None:
@@ -100,7 +99,7 @@ def decode_batch(request: embed_pb2.EmbedRequest, max_request_tokens: int) -> Wi
     if last != input_ids.size:
         raise InvalidInputError(
             f"cu_seqlens ends at {last} but input_ids holds {input_ids.size} tokens")
-    return WireBatch(input_ids=input_ids, cu_seqlens=cu_seqlens, lengths=lengths)
+    return WireBatch(input_ids=input_ids, cu_seqlens=cu, lengths=lengths)
 
 
 def decode_options(request: embed_pb2.EmbedRequest, width: int, default_normalize: bool

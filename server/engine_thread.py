@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ class StepDone(NamedTuple):
 
 class _Step(NamedTuple):
     input_ids: np.ndarray        # int32 [T]
-    cu_seqlens: np.ndarray       # int32 [B+1]
+    cu_seqlens: Sequence[int]    # [B+1]
     max_seqlen: int
     done: Callable[[StepDone], None]   # called on the event loop
 
@@ -86,10 +86,10 @@ class EngineThread:
         self._jobs.put(_Call(fn, args, future))
         return await future
 
-    def launch(self, input_ids: np.ndarray, cu_seqlens: np.ndarray, max_seqlen: int,
+    def launch(self, input_ids: np.ndarray, cu_seqlens: Sequence[int], max_seqlen: int,
                done: Callable[[StepDone], None]) -> None:
-        """Queue `engine.step` of one ragged batch (int32 [T], int32 [B+1]); `done` is
-        called on the event loop once its rows are on the host or the step failed."""
+        """Queue `engine.step` of one ragged batch (int32 [T] and its offsets [B+1]); `done`
+        is called on the event loop once its rows are on the host or the step failed."""
         self._started()
         self._jobs.put(_Step(input_ids, cu_seqlens, max_seqlen, done))
 
@@ -128,7 +128,8 @@ class EngineThread:
             try:
                 lazy = self.engine.step(RaggedBatch(
                     input_ids=torch.from_numpy(job.input_ids),
-                    cu_seqlens=torch.from_numpy(job.cu_seqlens), max_seqlen=job.max_seqlen))
+                    cu_seqlens=torch.tensor(job.cu_seqlens, dtype=torch.int32),
+                    max_seqlen=job.max_seqlen))
             except Exception as error:  # this batch fails; the thread keeps serving
                 self._hand_back(job.done, StepDone(None, error, started, time.monotonic()))
                 continue

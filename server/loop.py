@@ -14,9 +14,10 @@ rows out (numpy [n, D] per request). No torch call runs here.
 """
 
 import asyncio
+import itertools
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,19 +38,17 @@ class EngineStepError(HedgerowError):
     """The engine raised while running a batch; every request in it fails."""
 
 
-def ragged_arrays(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
-    """The batch's sequences as one ragged batch: (input_ids int32 [T], cu_seqlens int32
-    [B+1], max_seqlen). A batch that is exactly one whole request uses that request's own
-    arrays; otherwise the sequences are joined here, once."""
-    entries = batch.entries
-    first = entries[0].request
-    if len(entries) == len(first.lengths) and entries[-1].request is first:
-        input_ids, cu_seqlens = first.ragged
-        return input_ids, cu_seqlens, max(first.lengths)
-    lengths = [entry.length for entry in entries]
-    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=cu_seqlens[1:])
-    input_ids = np.concatenate([entry.payload for entry in entries])
+def ragged_arrays(batch: Batch) -> tuple[np.ndarray, Sequence[int], int]:
+    """The batch's sequences as one ragged batch: (input_ids int32 [T], the offsets
+    cu_seqlens [B+1], max_seqlen). A batch that is exactly one request uses that request's
+    own arrays; otherwise the sequences are joined here, once."""
+    whole = batch.whole
+    if whole is not None:
+        input_ids, cu_seqlens = whole.ragged
+        return input_ids, cu_seqlens, max(whole.lengths)
+    lengths = [entry.length for entry in batch.entries]
+    cu_seqlens = list(itertools.accumulate(lengths, initial=0))
+    input_ids = np.concatenate([entry.payload for entry in batch.entries])
     return input_ids, cu_seqlens, max(lengths)
 
 
@@ -82,9 +81,9 @@ class EmbedLoop:
 
     # --- callers (request handlers) -------------------------------------------------------
 
-    def submit(self, input_ids: np.ndarray, cu_seqlens: np.ndarray, lengths: list[int],
+    def submit(self, input_ids: np.ndarray, cu_seqlens: Sequence[int], lengths: list[int],
                deadline: float | None) -> Request:
-        """Admit one request (a valid ragged layout: int32 [T], int32 [B+1], and its B
+        """Admit one request (a valid ragged layout: int32 [T], the offsets [B+1], and its B
         lengths) or raise, and launch a batch if the engine has room.
 
         Raises NotReadyError while shutting down and OverloadedError past the admission
@@ -96,8 +95,7 @@ class EmbedLoop:
         if len(lengths) == 1:
             payloads = [input_ids]
         else:
-            bounds = cu_seqlens.tolist()
-            payloads = [input_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            payloads = [input_ids[a:b] for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:])]
         request = Request(
             payloads=payloads,
             lengths=lengths,
@@ -204,9 +202,9 @@ class EmbedLoop:
             self._fail(batch, EngineStepError(
                 f"the engine failed on this request's batch: {outcome.error}"))
             return
+        whole = batch.whole
         for request in self._scheduler.complete(batch, outcome.rows):
-            rows = request.rows
-            _finish(request, result=rows[0][None] if len(rows) == 1 else np.stack(rows))
+            _finish(request, result=outcome.rows if request is whole else np.stack(request.rows))
 
     def _fail(self, batch: Batch, error: BaseException) -> None:
         for request in self._scheduler.fail(batch):

@@ -82,6 +82,16 @@ class Batch:
     def num_seqs(self) -> int:
         return len(self.entries)
 
+    @property
+    def whole(self) -> Request | None:
+        """The request this batch is, all of it and nothing else; None otherwise (sequences of
+        one request stay together and in order in the pool)."""
+        first = self.entries[0].request if self.entries else None
+        if first is not None and len(self.entries) == len(first.lengths) \
+                and self.entries[-1].request is first:
+            return first
+        return None
+
 
 class Scheduler:
     """FCFS pool with a token budget, a sequence cap and a bound on tokens held."""

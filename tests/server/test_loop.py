@@ -11,6 +11,7 @@ objects (a callback or future set from the engine thread would fail the test).
 """
 
 import asyncio
+import itertools
 import threading
 
 import numpy as np
@@ -103,8 +104,7 @@ def seq(*tokens: int) -> list[int]:
 def submit(loop: EmbedLoop, sequences: list[list[int]], deadline: float | None):
     """Submit token-id lists as one request, in the ragged layout the servicer hands over."""
     lengths = [len(s) for s in sequences]
-    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=cu_seqlens[1:])
+    cu_seqlens = list(itertools.accumulate(lengths, initial=0))
     input_ids = np.asarray([t for s in sequences for t in s], dtype=np.int32)
     return loop.submit(input_ids, cu_seqlens, lengths, deadline)
 
