@@ -161,8 +161,6 @@ async def _echo_aio(port: int, stop: asyncio.Event) -> int:
 
 def child(case: str, port: int, http_port: int, device_ms: float, profile: bool) -> int:
     import uvloop
-    if os.environ.get("TRACE_PATCH_MODULE"):
-        sys.path.insert(0, "/tmp"); __import__(os.environ["TRACE_PATCH_MODULE"])
 
     from hedgerow import logs
     from hedgerow.server.app import serve
