@@ -3,14 +3,16 @@
     .venv/bin/python -P benchmarks/server_cpu.py [--tokens 16] [--seconds 5] [--requests 200]
     .venv/bin/python -P benchmarks/server_cpu.py --address 127.0.0.1:50051   # a running server
 
-Starts `hedgerow server` (packaged all-MiniLM-L6-v2, CPU) on free loopback ports unless
-`--address` is given, then measures over real gRPC:
+Starts two `hedgerow server`s (packaged all-MiniLM-L6-v2, CPU) on free loopback ports, one with
+the default `--dtype auto` and one with `--dtype float32`, and measures each over real gRPC in
+`--rounds` interleaved rounds (or measures the one server at `--address`):
   1. sequential batch-1 latency: one client, one sequence of `--tokens` tokens per request,
      `--requests` requests after a warm-up; p50 and p99;
   2. throughput with 1, 4 and 16 concurrent clients, each sending batch-1 requests back to
      back for `--seconds`; requests/s, tokens/s, p50 and p99.
 The client runs on the same machine as the server and takes CPU from it: on a small machine
-the numbers are a floor, and noisy when other work shares the cores.
+the numbers are a floor, and noisy when other work shares the cores. The last line compares
+auto's choice against float32 from the same run.
 """
 
 import argparse
@@ -25,6 +27,8 @@ import numpy as np
 
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
+
+DTYPES = ["auto", "float32"]  # the server's default, and the exact one
 
 
 def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
@@ -96,29 +100,53 @@ async def run(address: str, tokens: int, count: int, seconds: float) -> list[tup
     return rows
 
 
+def table(rows: list[tuple]) -> None:
+    print(f"{'mode':<11} {'clients':>7} {'requests':>9} {'req/s':>8} {'tokens/s':>9} "
+          f"{'p50 ms':>8} {'p99 ms':>8}")
+    for mode, clients, n, rps, tps, p50, p99 in rows:
+        print(f"{mode:<11} {clients:>7} {n:>9} {rps:>8.1f} {tps:>9.0f} {p50:>8.2f} {p99:>8.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", help="benchmark a running server instead of starting one")
     parser.add_argument("--tokens", type=at_least(2), default=16, help="tokens per request (>= 2)")
     parser.add_argument("--requests", type=int, default=200, help="sequential requests")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per concurrency")
+    parser.add_argument("--rounds", type=at_least(1), default=3,
+                        help="interleaved rounds over the two servers")
     parser.add_argument("server_flags", nargs="*", help="extra `hedgerow server` flags after --")
     args = parser.parse_args()
-    proc = None
-    address = args.address
-    if address is None:
-        proc, address = start_server(args.server_flags)
+    if args.address:
+        rows = asyncio.run(run(args.address, args.tokens, args.requests, args.seconds))
+        print(f"server {args.address}, batch 1, {args.tokens} tokens per request")
+        table(rows)
+        return 0
+    servers: dict[str, tuple] = {}
+    results: dict[str, list[list[tuple]]] = {}
     try:
-        rows = asyncio.run(run(address, args.tokens, args.requests, args.seconds))
+        for dtype in DTYPES:
+            servers[dtype] = start_server(["--dtype", dtype, *args.server_flags])
+            results[dtype] = []
+        for number in range(args.rounds):
+            for dtype in DTYPES[number % 2:] + DTYPES[:number % 2]:
+                results[dtype].append(asyncio.run(
+                    run(servers[dtype][1], args.tokens, args.requests, args.seconds)))
     finally:
-        if proc is not None:
+        for proc, _ in servers.values():
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
-    print(f"server {address}, default model on CPU, batch 1, {args.tokens} tokens per request")
-    print(f"{'mode':<11} {'clients':>7} {'requests':>9} {'req/s':>8} {'tokens/s':>9} "
-          f"{'p50 ms':>8} {'p99 ms':>8}")
-    for mode, clients, n, rps, tps, p50, p99 in rows:
-        print(f"{mode:<11} {clients:>7} {n:>9} {rps:>8.1f} {tps:>9.0f} {p50:>8.2f} {p99:>8.2f}")
+    print(f"default model on CPU, batch 1, {args.tokens} tokens per request; medians of "
+          f"{args.rounds} interleaved rounds")
+    medians = {}
+    for dtype, rounds in results.items():
+        medians[dtype] = [(*row[:3], *np.median([r[i][3:] for r in rounds], axis=0))
+                          for i, row in enumerate(rounds[0])]
+        print(f"\n--dtype {dtype}")
+        table(medians[dtype])
+    auto, full = medians["auto"], medians["float32"]
+    print(f"\nauto against float32: sequential p50 {auto[0][5] / full[0][5]:.2f}x, "
+          f"16 clients {auto[-1][3] / full[-1][3]:.2f}x the req/s")
     return 0
 
 

@@ -8,12 +8,13 @@ requests or scheduling; `validate` checks what only it can know (vocabulary, pos
 """
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from hedgerow.engine import dtype_choice
 from hedgerow.engine.attention import Attention, CpuRaggedAttention
 from hedgerow.engine.batch import RaggedBatch, check_tokens
 from hedgerow.engine.cpu_linear import onednn_available, use_onednn_linears
@@ -42,6 +43,7 @@ class ModelInfo:
     templates: dict[str, str] = field(default_factory=dict)  # input_type -> prefix
     dtype: str = "float32"
     device: str = "cpu"
+    dtype_reason: str = ""  # why `--dtype auto` chose `dtype`; empty when it was asked for
 
 
 class Engine:
@@ -74,7 +76,10 @@ class Engine:
         ragged backend; on a CUDA device (and no `attention` given) steps go through the
         CUDA step path of gpu.py, configured by `gpu_settings`. On the CPU, `cpu_linear`
         "onednn" runs dense layers through oneDNN where it works (cpu_linear.py), "torch"
-        keeps torch's default kernels."""
+        keeps torch's default kernels. `dtype` "auto" decides by measuring (dtype_choice.py)."""
+        if dtype == "auto":
+            return cls._load_auto(path, device, causal=causal, attention=attention,
+                                  gpu_settings=gpu_settings, cpu_linear=cpu_linear)
         with step(log, "engine.load", path=str(path), device=device, dtype=dtype):
             loaded = load_model(path, device=device, dtype=dtype, causal=causal)
             if (loaded.device.type == "cpu" and cpu_linear == "onednn"
@@ -92,6 +97,28 @@ class Engine:
                               architecture=engine.info.architecture,
                               dimensions=engine.info.dimensions,
                               max_tokens=engine.info.max_tokens, pooling=engine.info.pooling))
+        return engine
+
+    @classmethod
+    def _load_auto(cls, path: str | Path, device: str, **options) -> "Engine":
+        """Load in the dtype `auto` resolves to here (see dtype_choice.py)."""
+        if str(device).startswith("cuda"):
+            choice = dtype_choice.Choice("bfloat16", "a GPU computes bfloat16 natively")
+            engine = cls.load(path, device, choice.dtype, **options)
+        elif not dtype_choice.cpu_has_native_bfloat16():
+            choice = dtype_choice.Choice("float32", "this CPU has no native bfloat16 "
+                                                    "(AVX512_BF16 or AMX)")
+            engine = cls.load(path, device, choice.dtype, **options)
+        else:
+            full = cls.load(path, device, "float32", **options)
+            half = cls.load(path, device, "bfloat16", **options)
+            choice = dtype_choice.compare(
+                lambda batch: full.step(batch).synchronize().numpy(),
+                lambda batch: half.step(batch).synchronize().numpy(),
+                dtype_choice.probe_batch(full.info.vocab_size, full.info.max_tokens))
+            engine = half if choice.dtype == "bfloat16" else full
+        engine.info = replace(engine.info, dtype_reason=choice.reason)
+        dtype_choice.log_choice(choice)
         return engine
 
     def validate(self, batch: RaggedBatch) -> None:

@@ -179,6 +179,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             templates=dict(info.templates),
             version=__version__,
             vocab_size=info.vocab_size,
+            dtype=info.dtype,
+            dtype_reason=info.dtype_reason,
         )
 
     def _ready(self):

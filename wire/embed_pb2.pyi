@@ -47,7 +47,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dimensions", "max_tokens", "max_request_tokens", "pooling", "normalize", "templates", "version", "vocab_size", "max_inflight_tokens")
+    __slots__ = ("model", "architecture", "dimensions", "max_tokens", "max_request_tokens", "pooling", "normalize", "templates", "version", "vocab_size", "max_inflight_tokens", "dtype", "dtype_reason")
     class TemplatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class InfoResponse(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_INFLIGHT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_REASON_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dimensions: int
@@ -77,7 +79,9 @@ class InfoResponse(_message.Message):
     version: str
     vocab_size: int
     max_inflight_tokens: int
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_inflight_tokens: _Optional[int] = ...) -> None: ...
+    dtype: str
+    dtype_reason: str
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_inflight_tokens: _Optional[int] = ..., dtype: _Optional[str] = ..., dtype_reason: _Optional[str] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
     __slots__ = ("input_ids", "cu_seqlens", "top_n", "dimensions")

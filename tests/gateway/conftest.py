@@ -245,7 +245,7 @@ class RealServer(Child):
         self.port, self.http_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
         super().__init__(log_path, "server", "--host", "127.0.0.1", "--port", str(self.port),
-                         "--http-port", str(self.http_port), *flags)
+                         "--http-port", str(self.http_port), "--dtype", "float32", *flags)
 
     def serving(self) -> bool:
         return server_serving(self.address)

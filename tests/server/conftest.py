@@ -21,6 +21,8 @@ from hedgerow.wire import embed_pb2
 from tests.conftest import child_env, free_port, hedgerow_command
 
 START_TIMEOUT_S = 120.0
+# The float32 references these tests compare against; a test may pass its own --dtype after.
+DTYPE = ("--dtype", "float32")
 CLS, SEP = 101, 102  # all-MiniLM-L6-v2's [CLS] and [SEP]
 
 
@@ -53,7 +55,7 @@ class ServerProcess:
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             hedgerow_command("server", "--host", "127.0.0.1", "--port", str(self.port),
-                             "--http-port", str(self.http_port), *flags),
+                             "--http-port", str(self.http_port), *DTYPE, *flags),
             env=child_env(), stdout=self._log, stderr=subprocess.STDOUT,
         )
 

@@ -300,3 +300,15 @@ def test_the_http_side_answers_odd_requests(server, request_bytes, status, heade
         assert header in answer
     if request_bytes.startswith(b"HEAD"):  # RFC 9110: a head, never a body
         assert answer.endswith(b"\r\n\r\n"), answer
+
+
+def test_auto_dtype_is_reported_with_its_reason(start_server):
+    from hedgerow.engine.dtype_choice import cpu_has_native_bfloat16
+
+    server = start_server("--dtype", "auto")
+    with grpc.insecure_channel(server.address) as channel:
+        info = embed_pb2_grpc.EmbedderStub(channel).Info(embed_pb2.InfoRequest(), timeout=30)
+    assert info.dtype in ("float32", "bfloat16") and info.dtype_reason
+    if not cpu_has_native_bfloat16():
+        assert info.dtype == "float32"
+    assert f"dtype={info.dtype}" in server.log_text()

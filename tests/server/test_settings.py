@@ -19,7 +19,7 @@ def test_flags_win_over_variables_and_defaults_fill_the_rest():
     config = load("--max-batch-tokens", "512", environ={"HEDGEROW_MAX_BATCH_TOKENS": "64",
                                                         "HEDGEROW_PORT": "6000"})
     assert config.max_batch_tokens == 512 and config.port == 6000
-    assert config.http_port == 9090 and config.model is None and config.dtype == "float32"
+    assert config.http_port == 9090 and config.model is None and config.dtype == "auto"
 
 
 def test_a_request_limit_past_the_admission_bound_is_refused():
