@@ -7,9 +7,18 @@ swapped module computes the same function (`x W^T + b`, then the activation) wit
 parameters; only the kernel changes. This module knows nothing about architectures: it
 rewrites any `nn.Linear`, and any `nn.Sequential(nn.Linear, activation)` pair, it finds. GPU
 engines never call it.
+
+oneDNN compiles a kernel for each input shape and keeps up to 1024 of them in each of two caches
+(PyTorch's for its oneDNN ops, LRU_CACHE_CAPACITY, and oneDNN's own,
+ONEDNN_PRIMITIVE_CACHE_CAPACITY). A server sees a new token count in most batches, so under
+mixed traffic both caches grew with every new shape: the server's memory rose by about 100 MiB
+a minute and did not level off (benchmarks/server_memory.py). Bounded to KERNEL_CACHE_SHAPES
+each, memory stays flat and a step takes as long as before: compiling a kernel costs far less
+than running it. A value already in the environment is kept.
 """
 
 import logging
+import os
 
 import torch
 from torch import nn
@@ -17,6 +26,16 @@ from torch import nn
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.engine")
+
+KERNEL_CACHE_SHAPES = 16
+KERNEL_CACHES = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+
+
+def bound_kernel_caches() -> None:
+    """Bound oneDNN's per-shape kernel caches (see the module docstring); must run before the
+    process's first oneDNN call, which reads them."""
+    for name in KERNEL_CACHES:
+        os.environ.setdefault(name, str(KERNEL_CACHE_SHAPES))
 
 
 def _post_op(module: nn.Module) -> tuple[str, str] | None:
@@ -49,6 +68,7 @@ class OneDnnLinear(nn.Module):
 
 def onednn_available(dtype: torch.dtype) -> bool:
     """True when oneDNN's fused linear runs here for `dtype` and matches `F.linear`."""
+    bound_kernel_caches()
     if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
         return False
     probe = nn.Linear(8, 4).to(dtype)

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "engine-cpu": ("engine_cpu", "CPU engine against sentence-transformers, real tokens/s"),
     "server-cpu": ("server_cpu", "gRPC server on CPU: batch-1 latency and concurrent throughput"),
     "server-overhead": ("server_overhead", "the server's own host cost per request, no model"),
+    "server-memory": ("server_memory", "server RSS over identical rounds of mixed-size load"),
     "gateway-cpu": ("gateway_cpu", "latency the gateway adds, and tokenization throughput"),
     "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency on CPU"),
     "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),

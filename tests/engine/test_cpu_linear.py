@@ -55,3 +55,14 @@ def _compare(model, vocab):
     assert swapped == sum(isinstance(m, OneDnnLinear) for m in model.modules()) > 0
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_kernel_caches_are_bounded_unless_the_environment_says_otherwise(monkeypatch):
+    from hedgerow.engine.cpu_linear import KERNEL_CACHE_SHAPES, KERNEL_CACHES, bound_kernel_caches
+
+    monkeypatch.delenv(KERNEL_CACHES[0], raising=False)
+    monkeypatch.setenv(KERNEL_CACHES[1], "256")
+    bound_kernel_caches()
+    import os
+    assert os.environ[KERNEL_CACHES[0]] == str(KERNEL_CACHE_SHAPES)
+    assert os.environ[KERNEL_CACHES[1]] == "256"
