@@ -48,7 +48,7 @@ class GatewaySettings:
         2048,
         "Token budget of one chunk sent to one server. Smaller balances better across "
         "servers; larger costs fewer messages and keeps each GPU batch saturated. Capped by "
-        "the server's --max-request-tokens (from its Info).",
+        "the server's own request-token limit (from its Info).",
         unit="tokens",
         minimum=1,
     )
