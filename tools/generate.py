@@ -3,10 +3,10 @@
 Usage: python -P tools/generate.py   (or `make generate`)
 
 Writes the chart's CRD (charts/hedgerow/crds/), and the tables between `<!-- generated:NAME -->`
-and `<!-- end generated:NAME -->` in docs: the server's and the gateway's settings (from
-hedgerow.server_settings, hedgerow.gpu_settings and hedgerow.gateway_settings) and the
-EmbeddingService's spec fields (from the CRD, whose settings fields come from those same
-dataclasses). tests/test_generated.py fails when a committed copy differs from what this writes.
+and `<!-- end generated:NAME -->` in docs: the server's, the gateway's and the operator's
+settings (from hedgerow.server_settings, hedgerow.gpu_settings, hedgerow.gateway_settings and
+hedgerow.operator.main) and the EmbeddingService's spec fields (from the CRD, whose settings
+fields come from those same dataclasses). tests/test_generated.py fails when a committed copy differs from what this writes.
 """
 
 import re
@@ -15,6 +15,7 @@ from pathlib import Path
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gpu_settings import GpuSettings
 from hedgerow.operator import crd
+from hedgerow.operator.main import OperatorSettings
 from hedgerow.server_settings import ServerSettings
 from hedgerow.settings import markdown_table
 
@@ -23,7 +24,8 @@ CRD_PATH = ROOT / "charts" / "hedgerow" / "crds" / crd.CRD_FILE
 TABLES = {
     "docs/server.md": {"server-settings": lambda: markdown_table(ServerSettings, GpuSettings)},
     "docs/gateway.md": {"gateway-settings": lambda: markdown_table(GatewaySettings)},
-    "docs/operator.md": {"spec-fields": crd.spec_table},
+    "docs/operator.md": {"operator-settings": lambda: markdown_table(OperatorSettings),
+                         "spec-fields": crd.spec_table},
 }
 
 

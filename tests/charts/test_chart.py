@@ -108,6 +108,21 @@ def test_namespaced_values_give_roles_per_namespace():
     assert env["HEDGEROW_NAMESPACES"] == "ml,search"
 
 
+def test_the_charts_operator_defaults_are_the_operators_own():
+    """values.yaml cannot import OperatorSettings; this keeps the two from drifting apart."""
+    from hedgerow.operator.main import OperatorSettings
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["operator"]
+    assert values["resyncIntervalSeconds"] == OperatorSettings.resync_interval
+    assert values["warmupIntervalSeconds"] == OperatorSettings.warmup_interval
+    assert values["logLevel"] == OperatorSettings.log_level
+    assert values["watchNamespaces"] == list(OperatorSettings.namespaces)
+    deployment = next(d for d in render() if d["kind"] == "Deployment")
+    env = {e["name"]: e["value"]
+           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HEDGEROW_HEALTH_PORT"] == str(OperatorSettings.health_port)
+
+
 def test_adapter_rule_exposes_the_metric_the_hpa_reads():
     docs = render(CHART / "ci" / "autoscaling-values.yaml")
     config = next(d for d in docs if d["kind"] == "ConfigMap")
