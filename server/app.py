@@ -75,7 +75,7 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
 def load_engine(settings: ServerSettings, gpu_settings: Any = None):
     """Load the engine and capture its hot set (blocking; run it on a worker thread).
 
-    Raises ModelLoadError. `gpu_settings` (hedgerow.engine.gpu_settings.GpuSettings) configures the
+    Raises ModelLoadError. `gpu_settings` (hedgerow.gpu_settings.GpuSettings) configures the
     CUDA graph cache; None takes the engine's defaults; the CPU engine ignores it.
     """
     import torch

@@ -24,8 +24,9 @@ import transformers  # noqa: E402
 
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
+from hedgerow.engine.graphs import State  # noqa: E402
 from hedgerow.gpu_settings import GpuSettings  # noqa: E402
-from hedgerow.engine.graphs import Config, State  # noqa: E402
+from hedgerow.graph_grid import Config  # noqa: E402
 
 VOCAB = 301
 
