@@ -85,10 +85,11 @@ class KubeClient:
         """Use kopf's ConnectionInfo `info` for every later call (discovery happens on the
         first call, on the worker thread)."""
         self.close()
-        self._scratch = tempfile.TemporaryDirectory(prefix="hedgerow-operator-")
-        api = client.ApiClient(configuration(info, Path(self._scratch.name)))
+        scratch = tempfile.TemporaryDirectory(prefix="hedgerow-operator-")
+        api = client.ApiClient(configuration(info, Path(scratch.name)))
         api.user_agent = FIELD_MANAGER
-        self._api = api
+        with self._lock:
+            self._scratch, self._api = scratch, api
 
     def close(self) -> None:
         with self._lock:
