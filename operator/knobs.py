@@ -3,9 +3,10 @@
 Owns the mapping from CRD fields (`spec.server.maxBatchTokens`) to the settings the server and
 gateway declare (`max_batch_tokens` of hedgerow.server_settings.ServerSettings). The schema of
 each such field (type, default, bounds, description) is generated from the setting's one
-definition, and so is the pod's HEDGEROW_* variable for it. `KUBERNETES_DEFAULTS` is the one
-place where a pod starts from another default than the process, each with its reason. Knows
-nothing about manifests or the Kubernetes API.
+definition, and so is the pod's HEDGEROW_* variable for it; its default is the process's own,
+so a pod that sets nothing starts as the process would (no setting needs another default on
+Kubernetes today; one that did would say so here, with its reason). Knows nothing about
+manifests or the Kubernetes API.
 """
 
 import dataclasses
@@ -62,21 +63,7 @@ GATEWAY = (
     Knob("templates.document", GatewaySettings, "document_template"),
 )
 
-# Where a pod starts from another default than the process does, and why. Nowhere else.
-KUBERNETES_DEFAULTS: dict[tuple[type, str], tuple[Any, str]] = {
-    (ServerSettings, "dtype"): (
-        "bfloat16", "server pods run on GPUs, where bfloat16 is the dtype every benchmark "
-        "measured; the process defaults to float32, the exact choice on a CPU"),
-}
-
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}
-
-
-def default(knob: Knob) -> Any:
-    """The value a pod gets when the spec leaves `knob` out (as the process would, unless
-    KUBERNETES_DEFAULTS says otherwise)."""
-    override = KUBERNETES_DEFAULTS.get((knob.owner, knob.name))
-    return override[0] if override else knob.field.default
 
 
 def to_crd(knob: Knob, value: Any) -> Any:
@@ -96,12 +83,8 @@ def env_value(knob: Knob, value: Any) -> str:
 def _description(knob: Knob, knobs: tuple[Knob, ...]) -> str:
     """The setting's help, with the flags of sibling knobs named as CRD fields."""
     fields = {settings.flag_name(k.name): k.path for k in knobs}
-    text = re.sub(r"--[a-z-]+", lambda m: fields.get(m.group(0), m.group(0)),
+    return re.sub(r"--[a-z-]+", lambda m: fields.get(m.group(0), m.group(0)),
                   settings.help_text(knob.field, choices=False))
-    override = KUBERNETES_DEFAULTS.get((knob.owner, knob.name))
-    if override:
-        text += f" On Kubernetes the default is {override[0]}: {override[1]}."
-    return text
 
 
 def _bounds(field: settings.Field) -> Node:
@@ -133,9 +116,8 @@ def schema(knob: Knob, knobs: tuple[Knob, ...]) -> Node:
                 **_bounds(field)}
         if field.choices:
             node["enum"] = list(field.choices)
-    value = default(knob)
-    if value is not None:
-        node["default"] = to_crd(knob, value)
+    if field.default is not None:
+        node["default"] = to_crd(knob, field.default)
     return node
 
 

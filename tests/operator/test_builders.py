@@ -105,7 +105,7 @@ def test_server_deployment_defaults():
     assert mount == {"name": "model", "mountPath": "/models", "readOnly": True, "subPath": "hf"}
     config = children[("ConfigMap", "emb-server")]["data"]
     assert config["HEDGEROW_MODEL"] == "/models/bge-m3"
-    assert config["HEDGEROW_DEVICE"] == "cuda" and config["HEDGEROW_DTYPE"] == "bfloat16"
+    assert config["HEDGEROW_DEVICE"] == "cuda" and config["HEDGEROW_DTYPE"] == "auto"
     assert config["HEDGEROW_PORT"] == "50051" and config["HEDGEROW_HTTP_PORT"] == "9090"
     assert ("HorizontalPodAutoscaler", "emb-server") not in children
     assert [c.kind for c in unwanted(_service("defaults"))] == ["HorizontalPodAutoscaler"]
