@@ -11,7 +11,7 @@ TORCH_CPU := torch==2.13.0
 CONSTRAINTS := constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup proto clean
+.PHONY: run test setup proto generate clean
 
 run: setup
 	$(BIN)/hedgerow serve
@@ -37,6 +37,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) tools/install_k8s_binaries.py
 
 proto: setup
 	$(BIN)/python -P tools/gen_proto.py
+
+# The chart's CRD and the docs' settings tables, from the settings dataclasses.
+generate: setup
+	$(BIN)/python -P tools/generate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -48,7 +48,7 @@ from hedgerow.engine.attention_cuda import AttentionTable, Cell, shape_key  # no
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.gpu import stepper_for  # noqa: E402
-from hedgerow.engine.gpu_settings import GpuSettings  # noqa: E402
+from hedgerow.gpu_settings import GpuSettings  # noqa: E402
 
 TARGETS = {  # the targets for the engine alone on one H200
     "bge-m3": {"p50_128": 0.8, "p50_512": 1.2, "p50_4096": 8.0, "bulk": 1700},

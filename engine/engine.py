@@ -26,7 +26,7 @@ from hedgerow.logs import fields, step
 
 if TYPE_CHECKING:
     from hedgerow.engine.gpu import CudaStepper
-    from hedgerow.engine.gpu_settings import GpuSettings
+    from hedgerow.gpu_settings import GpuSettings
 
 log = logging.getLogger("hedgerow.engine")
 
@@ -90,7 +90,7 @@ class Engine:
         gpu = None
         if loaded.device.type == "cuda" and attention is None:
             from hedgerow.engine.gpu import stepper_for
-            from hedgerow.engine.gpu_settings import GpuSettings
+            from hedgerow.gpu_settings import GpuSettings
             gpu = stepper_for(loaded, gpu_settings or GpuSettings())
         engine = cls(loaded, attention or CpuRaggedAttention(), gpu)
         log.info("%s", fields(event="engine.ready", model=engine.info.name,
@@ -162,9 +162,9 @@ class Engine:
                 self._gpu.warmup()
 
     def warmup_report(self) -> dict:
-        """Graph-cache state for /warmup and metrics (see graphs.GraphCache.report)."""
+        """Graph-cache state for /warmup and metrics (see graphs.GraphCache.report); the
+        server turns its hot-set counts into the /warmup contract (hedgerow.warmup_report)."""
         if self._gpu is not None:
             return self._gpu.report()
         return {"loaded": True, "configurations_seen": 0, "captured": 0, "hot_set": 0,
-                "hot_set_captured": 0, "coverage": 1.0, "graph_memory_bytes": 0,
-                "device": str(self.device)}
+                "hot_set_captured": 0, "graph_memory_bytes": 0, "device": str(self.device)}

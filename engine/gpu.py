@@ -35,11 +35,12 @@ from torch._dynamo.exc import TorchDynamoException
 
 from hedgerow.engine.attention_cuda import AttentionChooser, AttentionFn
 from hedgerow.engine.batch import RaggedBatch
-from hedgerow.engine.gpu_settings import GpuSettings
-from hedgerow.engine.graphs import CaptureError, Config, GraphCache
+from hedgerow.engine.graphs import CaptureError, GraphCache
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.pooling import pool
 from hedgerow.errors import ConfigError
+from hedgerow.gpu_settings import GpuSettings
+from hedgerow.graph_grid import Config
 from hedgerow.logs import fields
 
 log = logging.getLogger(__name__)

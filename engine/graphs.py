@@ -1,42 +1,31 @@
-"""The CUDA-graph cache: which configuration a batch maps to, and what state that graph is in.
+"""The CUDA-graph cache: what state each configuration's graph is in, and what a step does.
 
-A configuration is `(seq_slots, token_bucket)`. Token buckets are multiples of `small_step`
-(64) up to `switch` (1024), then multiples of `large_step` (256) up to `max_tokens`; sequence
-counts are bucketed (`seq_buckets`) or exact (`seq_buckets=()`, one graph per count up to
-`max_seqs`). Each configuration moves cold -> warm (first hit runs eagerly, warming kernels and
-workspaces at the static shapes) -> captured (second hit captures, then replays; every later hit
-replays). A capture that fails marks the configuration `failed` (eager from then on, with a
-message that says what to change); a capture that would pass the graph-memory limit marks it
-`over_budget` (eager). Batches past the grid run eagerly without padding.
+A configuration is `(seq_slots, token_bucket)` on the bucket grid that `hedgerow.graph_grid`
+owns (the arithmetic lives there so the settings and the operator share it). Each configuration
+moves cold -> warm (first hit runs eagerly, warming kernels and workspaces at the static shapes)
+-> captured (second hit captures, then replays; every later hit replays). A capture that fails
+marks the configuration `failed` (eager from then on, with a message that says what to change);
+a capture that would pass the graph-memory limit marks it `over_budget` (eager). Batches past
+the grid run eagerly without padding.
 
-This module is plain CPU code: it owns the grid arithmetic, the state machine, the counters and
-the report, and knows nothing about tensors, CUDA or models. The work itself is done by a
-`GraphBackend` (the CUDA one lives in `gpu.py`; the tests use a fake), so the whole state machine
-is tested on a machine with no GPU. One thread calls it (the engine's step loop).
+This module is plain CPU code: it owns the state machine, the counters and the report, and
+knows nothing about tensors, CUDA or models. The work itself is done by a `GraphBackend` (the
+CUDA one lives in `gpu.py`; the tests use a fake), so the whole state machine is tested on a
+machine with no GPU. One thread calls it (the engine's step loop).
 """
 
-import bisect
 import dataclasses
 import enum
 import logging
 import time
-from typing import Any, Callable, Iterable, NamedTuple, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
-from hedgerow.errors import ConfigError
+from hedgerow.graph_grid import Config, GraphGrid
 from hedgerow.logs import fields
 from hedgerow.progress import bar
+from hedgerow.warmup_report import hot_set_coverage
 
 log = logging.getLogger(__name__)
-
-
-class Config(NamedTuple):
-    """One graph: `seq_slots` real-sequence slots (plus one padding slot) and `tokens` tokens."""
-
-    seq_slots: int
-    tokens: int
-
-    def __str__(self) -> str:
-        return f"{self.seq_slots}x{self.tokens}"
 
 
 class State(enum.Enum):
@@ -53,121 +42,6 @@ class Action(enum.Enum):
     EAGER = "eager"
     CAPTURE = "capture"
     REPLAY = "replay"
-
-
-@dataclasses.dataclass(frozen=True)
-class GraphGrid:
-    """The bucket grid. Every field has a matching engine setting (see `gpu_settings.GpuSettings`)."""
-
-    small_step: int = 64
-    switch: int = 1024
-    large_step: int = 256
-    max_tokens: int = 8192
-    max_seqs: int = 64
-    # Sequence-count buckets; () means exact counts 1..max_seqs (one graph per count).
-    seq_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-
-    def __post_init__(self) -> None:
-        if self.small_step <= 0 or self.large_step <= 0:
-            raise ConfigError("graph token bucket steps must be positive")
-        if self.switch % self.small_step:
-            raise ConfigError(
-                f"graph bucket switch {self.switch} must be a multiple of the small step "
-                f"{self.small_step}"
-            )
-        if self.max_tokens < self.small_step:
-            raise ConfigError(
-                f"graph max tokens {self.max_tokens} is below the smallest bucket "
-                f"{self.small_step}; raise --graph-max-tokens"
-            )
-        if self.max_tokens > self.switch and (self.max_tokens - self.switch) % self.large_step:
-            raise ConfigError(
-                f"graph max tokens {self.max_tokens} must be {self.switch} plus a multiple of "
-                f"{self.large_step}"
-            )
-        if self.max_tokens <= self.switch and self.max_tokens % self.small_step:
-            raise ConfigError(
-                f"graph max tokens {self.max_tokens} must be a multiple of {self.small_step}"
-            )
-        if self.max_seqs < 1:
-            raise ConfigError("graph max sequences must be at least 1")
-        if self.seq_buckets:
-            if list(self.seq_buckets) != sorted(set(self.seq_buckets)) or self.seq_buckets[0] < 1:
-                raise ConfigError(
-                    f"graph sequence buckets {self.seq_buckets} must be increasing positive "
-                    "integers"
-                )
-            if self.seq_buckets[-1] != self.max_seqs:
-                raise ConfigError(
-                    f"the last graph sequence bucket ({self.seq_buckets[-1]}) must equal the "
-                    f"graph max sequences ({self.max_seqs})"
-                )
-
-    def token_buckets(self) -> list[int]:
-        small = list(range(self.small_step, min(self.switch, self.max_tokens) + 1, self.small_step))
-        large = list(range(self.switch + self.large_step, self.max_tokens + 1, self.large_step))
-        return small + large
-
-    def seq_slot_counts(self) -> list[int]:
-        return list(self.seq_buckets) if self.seq_buckets else list(range(1, self.max_seqs + 1))
-
-    def token_bucket(self, num_tokens: int) -> int | None:
-        """Smallest bucket holding `num_tokens`, or None past `max_tokens`."""
-        if num_tokens < 1 or num_tokens > self.max_tokens:
-            return None
-        if num_tokens <= self.switch:
-            return -(-num_tokens // self.small_step) * self.small_step
-        return self.switch + -(-(num_tokens - self.switch) // self.large_step) * self.large_step
-
-    def seq_slots(self, num_seqs: int) -> int | None:
-        if num_seqs < 1 or num_seqs > self.max_seqs:
-            return None
-        if not self.seq_buckets:
-            return num_seqs
-        return self.seq_buckets[bisect.bisect_left(self.seq_buckets, num_seqs)]
-
-    def config_for(self, num_seqs: int, num_tokens: int) -> Config | None:
-        """The configuration a batch runs in, or None when it is past the grid (eager)."""
-        slots = self.seq_slots(num_seqs)
-        tokens = self.token_bucket(num_tokens)
-        if slots is None or tokens is None:
-            return None
-        return Config(slots, tokens)
-
-    def size(self) -> int:
-        return len(self.seq_slot_counts()) * len(self.token_buckets())
-
-
-def parse_hot_set(spec: Iterable[str], grid: GraphGrid) -> list[Config]:
-    """Parse hot-set entries `SEQSxTOKENS` (e.g. `1x128`) into distinct configurations.
-
-    Raises ConfigError naming the entry when it is malformed or past the grid.
-    """
-    configs: list[Config] = []
-    for entry in spec:
-        text = entry.strip().lower()
-        seqs, sep, tokens = text.partition("x")
-        if not sep or not seqs.isdigit() or not tokens.isdigit():
-            raise ConfigError(
-                f"graph hot set entry {entry!r} must look like SEQSxTOKENS, e.g. 1x128"
-            )
-        num_seqs, num_tokens = int(seqs), int(tokens)
-        if num_seqs < 1:
-            raise ConfigError(f"graph hot set entry {entry!r} needs at least one sequence")
-        if num_tokens < num_seqs:
-            raise ConfigError(
-                f"graph hot set entry {entry!r} has fewer tokens than sequences"
-            )
-        config = grid.config_for(num_seqs, num_tokens)
-        if config is None:
-            raise ConfigError(
-                f"graph hot set entry {entry!r} is past the grid (at most {grid.max_seqs} "
-                f"sequences and {grid.max_tokens} tokens); raise --graph-max-seqs or "
-                "--graph-max-tokens, or drop the entry"
-            )
-        if config not in configs:
-            configs.append(config)
-    return configs
 
 
 class CaptureError(Exception):
@@ -389,8 +263,7 @@ class GraphCache:
             "captured": self.captures,
             "hot_set": len(self.hot_set),
             "hot_set_captured": hot_captured,
-            # share of the hot set captured: 1.0 means the replica is warm
-            "coverage": 1.0 if not self.hot_set else hot_captured / len(self.hot_set),
+            "coverage": hot_set_coverage(hot_captured, len(self.hot_set)),
             "graph_memory_bytes": self.memory_bytes,
             "graph_memory_limit_bytes": self.memory_limit_bytes,
             "graphs_by_state": self.counts_by_state(),

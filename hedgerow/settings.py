@@ -1,10 +1,12 @@
-"""One settings object per process, read once at start.
+"""One settings object per process, read once at start, and everything generated from it.
 
-Each process declares a frozen dataclass whose fields are made with `setting(...)`. Every field
-becomes a command-line flag (`--max-batch-tokens`) and an environment variable
-(`HEDGEROW_MAX_BATCH_TOKENS`); the flag wins over the variable, the variable over the default.
-Help text states the unit and what a value costs. Nothing else in the code reads `os.environ`
-for configuration.
+Each process declares a frozen dataclass whose fields are made with `setting(...)`: the one
+place a knob's name, type, default, bounds and help live. Every field becomes a command-line
+flag (`--max-batch-tokens`) and an environment variable (`HEDGEROW_MAX_BATCH_TOKENS`); the flag
+wins over the variable, the variable over the default. `fields_of` is the parsed view of a
+settings class that the flags, the loader, the docs' settings tables (`markdown_table`) and the
+operator's CRD schema and pod environment are all generated from. Help text states the unit
+and what a value costs. Nothing else in the code reads `os.environ` for configuration.
 """
 
 import argparse
@@ -28,27 +30,50 @@ def setting(
     choices: tuple[str, ...] | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
+    max_items: int | None = None,
     secret: bool = False,
     literal: bool = False,
 ) -> Any:
     """A dataclass field that is also a flag and an environment variable.
 
-    `minimum`/`maximum` bound numbers (inclusive); `choices` bounds strings; `secret` keeps
-    the value out of logs. An optional setting given as "" or "none" is None (unset), unless
-    `literal`: then the string is the value as given ("" switches a template off, say).
+    `minimum`/`maximum` bound numbers, and each item of a tuple of numbers (inclusive);
+    `max_items` bounds a tuple's length; `choices` bounds strings; `secret` keeps the value out
+    of logs. An optional setting given as "" or "none" is None (unset), unless `literal`: then
+    the string is the value as given ("" switches a template off, say).
     """
-    meta = {
-        "help": help,
-        "unit": unit,
-        "choices": choices,
-        "minimum": minimum,
-        "maximum": maximum,
-        "secret": secret,
-        "literal": literal,
-    }
+    meta = {"help": help, "unit": unit, "choices": choices, "minimum": minimum,
+            "maximum": maximum, "max_items": max_items, "secret": secret, "literal": literal}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
     return dataclasses.field(default=default, metadata={"hedgerow": meta})
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One setting as declared: `kind` is bool, int, float, str, Path or tuple (whose items
+    are `item_kind`); `optional` when None is a value."""
+
+    name: str
+    kind: type
+    item_kind: type | None
+    optional: bool
+    default: Any
+    help: str
+    unit: str | None
+    choices: tuple[str, ...] | None
+    minimum: float | None
+    maximum: float | None
+    max_items: int | None
+    secret: bool
+    literal: bool
+
+    @property
+    def flag(self) -> str:
+        return flag_name(self.name)
+
+    @property
+    def env(self) -> str:
+        return env_name(self.name)
 
 
 def env_name(field_name: str) -> str:
@@ -59,20 +84,39 @@ def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-def _base_type(annotation: Any) -> tuple[type, bool]:
-    """Return (type, optional) for `T`, `T | None` and `tuple[str, ...]` annotations."""
+def _kinds(annotation: Any) -> tuple[type, type | None, bool]:
+    """(kind, item kind, optional) of `T`, `T | None` and `tuple[T, ...]` annotations."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(args) != 1:
             raise TypeError(f"unsupported settings annotation {annotation!r}")
-        return _base_type(args[0])[0], True
+        kind, item_kind, _ = _kinds(args[0])
+        return kind, item_kind, True
     if origin is tuple:
-        return tuple, False
-    return annotation, False
+        return tuple, typing.get_args(annotation)[0], False
+    return annotation, None, False
 
 
-def _parse(kind: type, raw: str, name: str) -> Any:
+def fields_of(cls: type) -> list[Field]:
+    """Every setting of a settings class, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for field in dataclasses.fields(cls):
+        meta = field.metadata.get("hedgerow")
+        if meta is None:
+            continue
+        kind, item_kind, optional = _kinds(hints[field.name])
+        out.append(Field(name=field.name, kind=kind, item_kind=item_kind, optional=optional,
+                         default=field.default, **meta))
+    return out
+
+
+def field_of(cls: type, name: str) -> Field:
+    return next(field for field in fields_of(cls) if field.name == name)
+
+
+def _parse_one(kind: type, raw: str, name: str) -> Any:
     if kind is bool:
         lowered = raw.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
@@ -80,8 +124,6 @@ def _parse(kind: type, raw: str, name: str) -> Any:
         if lowered in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"{name}: expected true or false, got {raw!r}")
-    if kind is tuple:
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
     if kind is Path:
         return Path(raw).expanduser()
     try:
@@ -93,46 +135,53 @@ def _parse(kind: type, raw: str, name: str) -> Any:
     return value
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _parse(field: Field, raw: str, source: str) -> Any:
+    if field.kind is tuple:
+        return tuple(_parse_one(field.item_kind, part.strip(), source)
+                     for part in raw.split(",") if part.strip())
+    return _parse_one(field.kind, raw, source)
+
+
+def env_value(value: Any) -> str:
+    """A value as its HEDGEROW_* variable spells it (what `load` parses back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
+    return "" if value is None else str(value)
+
+
+def shown_default(field: Field) -> str:
+    """The default as help and docs show it."""
+    if field.kind is tuple:
+        return env_value(field.default) or "(empty)"
+    return "(none)" if field.default is None else env_value(field.default)
+
+
+def help_text(field: Field, *, choices: bool = True) -> str:
+    """The help with its unit (and, with `choices`, the values it takes)."""
+    parts = [field.help]
+    if field.unit:
+        parts.append(f"Unit: {field.unit}.")
+    if field.choices and choices:
+        parts.append("One of: " + ", ".join(field.choices) + ".")
+    return " ".join(parts)
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one flag per settings field to `parser`; defaults stay unresolved until `load`."""
-    hints = _hints(cls)
-    for field in dataclasses.fields(cls):
-        meta = field.metadata.get("hedgerow")
-        if meta is None:
-            continue
-        kind, _ = _base_type(hints[field.name])
-        parts = [meta["help"]]
-        if meta["unit"]:
-            parts.append(f"Unit: {meta['unit']}.")
-        if meta["choices"]:
-            parts.append("One of: " + ", ".join(meta["choices"]) + ".")
-        shown = "(none)" if field.default is None else field.default
-        if kind is tuple:
-            shown = ",".join(field.default) or "(empty)"
-        if not meta["secret"]:
-            parts.append(f"Default: {shown}.")
-        parts.append(f"Env: {env_name(field.name)}.")
-        help_text = " ".join(parts).replace("%", "%%")
-        if kind is bool:
-            parser.add_argument(
-                flag_name(field.name),
-                dest=field.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
+    for field in fields_of(cls):
+        parts = [help_text(field)]
+        if not field.secret:
+            parts.append(f"Default: {shown_default(field)}.")
+        parts.append(f"Env: {field.env}.")
+        text = " ".join(parts).replace("%", "%%")
+        if field.kind is bool:
+            parser.add_argument(field.flag, dest=field.name,
+                                action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            parser.add_argument(
-                flag_name(field.name),
-                dest=field.name,
-                default=None,
-                metavar=field.name.upper(),
-                help=help_text,
-            )
+            parser.add_argument(field.flag, dest=field.name, default=None,
+                                metavar=field.name.upper(), help=text)
 
 
 def load(
@@ -142,43 +191,42 @@ def load(
 ) -> Any:
     """Build `cls` from flags, then environment variables, then defaults; validate bounds."""
     environ = os.environ if environ is None else environ
-    hints = _hints(cls)
     values: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        meta = field.metadata.get("hedgerow")
-        if meta is None:
-            continue
-        kind, optional = _base_type(hints[field.name])
+    for field in fields_of(cls):
         raw = getattr(namespace, field.name, None) if namespace is not None else None
-        source = flag_name(field.name)
-        if raw is None and env_name(field.name) in environ:
-            raw = environ[env_name(field.name)]
-            source = env_name(field.name)
+        source = field.flag
+        if raw is None and field.env in environ:
+            raw, source = environ[field.env], field.env
         if raw is None:
             continue
         if isinstance(raw, str):
-            if meta["literal"] and kind is str:
+            if field.literal and field.kind is str:
                 values[field.name] = raw
                 continue
-            if optional and raw.strip().lower() in ("", "none"):
+            if field.optional and raw.strip().lower() in ("", "none"):
                 values[field.name] = None
                 continue
-            value = _parse(kind, raw, source)
+            value = _parse(field, raw, source)
         else:
             value = raw
-        _check_bounds(meta, value, source)
+        check_bounds(field, value, source)
         values[field.name] = value
     return cls(**values)
 
 
-def _check_bounds(meta: dict, value: Any, source: str) -> None:
-    if meta["choices"] and value not in meta["choices"]:
-        raise ConfigError(f"{source}: {value!r} is not one of {', '.join(meta['choices'])}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if meta["minimum"] is not None and value < meta["minimum"]:
-            raise ConfigError(f"{source}: {value} is below the minimum {meta['minimum']}")
-        if meta["maximum"] is not None and value > meta["maximum"]:
-            raise ConfigError(f"{source}: {value} is above the maximum {meta['maximum']}")
+def check_bounds(field: Field, value: Any, source: str) -> None:
+    """Raise ConfigError naming `source` when `value` is outside `field`'s bounds."""
+    if field.choices and value not in field.choices:
+        raise ConfigError(f"{source}: {value!r} is not one of {', '.join(field.choices)}")
+    items = value if isinstance(value, tuple) else (value,)
+    if isinstance(value, tuple) and field.max_items is not None and len(value) > field.max_items:
+        raise ConfigError(f"{source}: {len(value)} entries, at most {field.max_items}")
+    for item in items:
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            if field.minimum is not None and item < field.minimum:
+                raise ConfigError(f"{source}: {item} is below the minimum {field.minimum}")
+            if field.maximum is not None and item > field.maximum:
+                raise ConfigError(f"{source}: {item} is above the maximum {field.maximum}")
 
 
 def describe(settings: Any) -> dict[str, Any]:
@@ -191,3 +239,14 @@ def describe(settings: Any) -> dict[str, Any]:
             value = "***"
         out[field.name] = str(value) if isinstance(value, Path) else value
     return out
+
+
+def markdown_table(*classes: type) -> str:
+    """The docs' settings table of `classes`: flag, variable, default, meaning."""
+    rows = ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
+    for cls in classes:
+        for field in fields_of(cls):
+            default = "" if field.secret else f"`{shown_default(field)}`"
+            meaning = help_text(field).replace("|", "\\|")
+            rows.append(f"| `{field.flag}` | `{field.env}` | {default} | {meaning} |")
+    return "\n".join(rows) + "\n"

@@ -1,11 +1,12 @@
 """Manifests of the HTTP gateways: ConfigMap, Deployment and the Service clients call.
 
-Pure functions from a checked `Service` to dicts; no I/O. Gateways find servers through the
+Pure functions from a defaulted `Service` to dicts; no I/O. Gateways find servers through the
 server headless Service's DNS (only ready, so warm, pods are listed) and read the tokenizer from
 the same model path as the servers (the model volume is mounted read-only here too).
 """
 
-from hedgerow.operator import names
+from hedgerow import settings
+from hedgerow.operator import knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -18,27 +19,22 @@ DRAIN_SECONDS = 5
 
 
 def gateway_env(service: Service) -> dict[str, str]:
-    """HEDGEROW_* settings of `hedgerow gateway` (see gateway/settings.py)."""
+    """HEDGEROW_* settings of `hedgerow gateway`: where it listens, where the servers are,
+    what it serves, then every setting the spec exposes (knobs.py, generated from the
+    gateway's settings)."""
     gateway, model = service.spec["gateway"], service.spec["model"]
     env = {
-        "HEDGEROW_HOST": "0.0.0.0",
-        "HEDGEROW_PORT": str(names.GATEWAY_HTTP_PORT),
-        "HEDGEROW_SERVICE_DNS":
+        settings.env_name("host"): "0.0.0.0",
+        settings.env_name("port"): str(names.GATEWAY_HTTP_PORT),
+        settings.env_name("service_dns"):
             f"{names.server_name(service)}.{service.namespace}.svc:{names.SERVER_GRPC_PORT}",
-        "HEDGEROW_MODEL": model["path"],
-        "HEDGEROW_SERVED_MODEL_NAME": model.get("servedName") or service.name,
-        "HEDGEROW_CHUNK_TOKENS": str(gateway["chunkTokens"]),
-        "HEDGEROW_MAX_INPUTS": str(gateway["maxInputs"]),
-        "HEDGEROW_MAX_REQUEST_TOKENS": str(gateway["maxRequestTokens"]),
-        "HEDGEROW_TRUNCATE": "true" if gateway["truncate"] else "false",
+        settings.env_name("model"): model["path"],
+        settings.env_name("served_model_name"): model.get("servedName") or service.name,
+        **knobs.env(knobs.GATEWAY, gateway),
     }
-    templates = gateway.get("templates") or {}
-    if "query" in templates:
-        env["HEDGEROW_QUERY_TEMPLATE"] = templates["query"]
-    if "document" in templates:
-        env["HEDGEROW_DOCUMENT_TEMPLATE"] = templates["document"]
     if "apiKeySecret" in gateway:
-        env["HEDGEROW_API_KEYS_FILE"] = f"{API_KEYS_DIR}/{gateway['apiKeySecret']['key']}"
+        env[settings.env_name("api_keys_file")] = \
+            f"{API_KEYS_DIR}/{gateway['apiKeySecret']['key']}"
     return env
 
 

@@ -1,7 +1,7 @@
 """Manifests of the embedding servers: ConfigMap, Deployment and headless Service.
 
-Pure functions from a checked `Service` to dicts; no I/O, no cluster. The Deployment carries the
-GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator's warmup
+Pure functions from a defaulted `Service` to dicts; no I/O, no cluster. The Deployment carries
+the GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator's warmup
 tracking), gRPC readiness and startup probes on 50051, a preStop pause that lets gateways drop
 the pod from DNS before SIGTERM starts the drain, and a non-root, read-only container. When an
 HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
@@ -11,7 +11,8 @@ takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when t
 import math
 import re
 
-from hedgerow.operator import names
+from hedgerow import settings
+from hedgerow.operator import knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -23,59 +24,20 @@ KILL_MARGIN_SECONDS = 10
 STARTUP_PERIOD_SECONDS = 10
 
 
-DEFAULT_HOT_SET = ((1, 64), (1, 128), (1, 256), (1, 512))
-
-
-def seq_buckets(graphs: dict) -> list[int]:
-    """The spec's sequence buckets, or powers of two below maxSeqs, then maxSeqs."""
-    if graphs.get("seqBuckets"):
-        return list(graphs["seqBuckets"])
-    buckets, size = [], 1
-    while size < graphs["maxSeqs"]:
-        buckets.append(size)
-        size *= 2
-    return buckets + [graphs["maxSeqs"]]
-
-
-def hot_set(graphs: dict) -> list[tuple[int, int]]:
-    """The spec's hot set, or the default shapes that fit the grid: always written out, so
-    the server never starts with a hot set past its own grid."""
-    if graphs.get("hotSet"):
-        return [(shape["sequences"], shape["tokens"]) for shape in graphs["hotSet"]]
-    return [(s, t) for s, t in DEFAULT_HOT_SET
-            if t <= graphs["maxTokens"] and s <= graphs["maxSeqs"]]
-
-
 def server_env(service: Service) -> dict[str, str]:
-    """HEDGEROW_* settings of `hedgerow server` (server/settings.py and the engine's
-    GpuSettings in engine/gpu_settings.py say what each means)."""
-    server, model = service.spec["server"], service.spec["model"]
+    """HEDGEROW_* settings of `hedgerow server`: where it listens and what it serves, then
+    every setting the spec exposes (knobs.py, generated from the server's settings)."""
+    server = service.spec["server"]
     env = {
-        "HEDGEROW_MODEL": model["path"],
-        "HEDGEROW_HOST": "0.0.0.0",
-        "HEDGEROW_PORT": str(names.SERVER_GRPC_PORT),
-        "HEDGEROW_HTTP_PORT": str(names.SERVER_HTTP_PORT),
-        "HEDGEROW_DEVICE": "cuda" if server["gpus"] > 0 else "cpu",
-        "HEDGEROW_DTYPE": server["dtype"],
-        "HEDGEROW_MAX_BATCH_TOKENS": str(server["maxBatchTokens"]),
-        "HEDGEROW_MAX_BATCH_SEQS": str(server["maxBatchSeqs"]),
-        "HEDGEROW_MAX_REQUEST_TOKENS": str(server["maxRequestTokens"]),
-        "HEDGEROW_MAX_INFLIGHT_TOKENS": str(server["maxInflightTokens"]),
-        "HEDGEROW_SHUTDOWN_GRACE": str(server["shutdownGraceSeconds"]),
+        settings.env_name("model"): service.spec["model"]["path"],
+        settings.env_name("host"): "0.0.0.0",
+        settings.env_name("port"): str(names.SERVER_GRPC_PORT),
+        settings.env_name("http_port"): str(names.SERVER_HTTP_PORT),
+        settings.env_name("device"): "cuda" if server["gpus"] > 0 else "cpu",
+        **knobs.env(knobs.SERVER, server),
     }
-    graphs = server["graphs"]
-    env.update({
-        "HEDGEROW_GRAPHS": "true" if graphs["enabled"] else "false",
-        "HEDGEROW_GRAPH_MAX_TOKENS": str(graphs["maxTokens"]),
-        "HEDGEROW_GRAPH_MAX_SEQS": str(graphs["maxSeqs"]),
-        "HEDGEROW_GRAPH_SEQ_BUCKETS": ",".join(str(b) for b in seq_buckets(graphs)),
-        "HEDGEROW_GRAPH_HOT_SET": ",".join(f"{s}x{t}" for s, t in hot_set(graphs)),
-        "HEDGEROW_GRAPH_MEMORY_LIMIT_MIB": str(graphs["memoryLimitMiB"]),
-        "HEDGEROW_ATTENTION_BACKEND": server["attentionBackend"],
-        "HEDGEROW_COMPILE": "true" if server["compile"] else "false",
-    })
     if server["gpus"] == 0:
-        env["HEDGEROW_CPU_THREADS"] = str(cpu_threads(server["cpu"]))
+        env[settings.env_name("cpu_threads")] = str(cpu_threads(server["cpu"]))
     return env
 
 
@@ -155,8 +117,8 @@ def build_server_deployment(service: Service, config: dict) -> dict:
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
     pod_spec = {
         "securityContext": pod_security_context(),
-        "terminationGracePeriodSeconds":
-            server["drainSeconds"] + server["shutdownGraceSeconds"] + KILL_MARGIN_SECONDS,
+        "terminationGracePeriodSeconds": server["drainSeconds"] + KILL_MARGIN_SECONDS
+            + math.ceil(server["shutdownGraceSeconds"]),
         "containers": [_container(service, mounts)],
         "volumes": volumes,
         "enableServiceLinks": False,

@@ -1,14 +1,16 @@
-"""Handlers that coordinate: check the spec, apply the children, track warmup, write status.
+"""Handlers that coordinate: check what the schema cannot, apply the children, track warmup,
+write status.
 
 Owns the order of work for one EmbeddingService and nothing else: what the children contain
 comes from the build_* modules, what a condition means from status.py, what "warm" means from
-warmup.py, how to talk to the API from kube.py. Reconciliation is level-based and idempotent:
-every call applies the whole desired state (server-side apply), so create, update, resume and
-the drift-repair timer all run the same `reconcile`. A spec that cannot be reconciled becomes
+hedgerow.warmup_report (through warmup.py), how to talk to the API from kube.py. The spec itself
+was validated by the API server (the CRD's schema and CEL rules). Reconciliation is level-based
+and idempotent: every call applies the whole desired state (server-side apply), so create,
+update, resume and the drift-repair timer all run the same `reconcile`. A spec that cannot be
+reconciled for a reason no schema can see (a missing PVC, a child name another object holds, a
+child the API server's validation or admission refuses, all asked before any write) becomes
 `Ready=False` with a reason and an event, and no child is touched: nothing half-built, no retry
-loop. That includes what only the API server can judge (a child name another object holds, a
-child its validation or admission refuses), asked before any write. Other API failures raise
-kopf.TemporaryError, which kopf retries with a delay.
+loop. Other API failures raise kopf.TemporaryError, which kopf retries with a delay.
 """
 
 import asyncio
@@ -23,7 +25,7 @@ import kopf
 from hedgerow.operator import names, status, warmup
 from hedgerow.operator.kube import ApiError, KubeClient
 from hedgerow.operator.manifests import build_all, unwanted
-from hedgerow.operator.spec import Service, SpecError, parse
+from hedgerow.operator.spec import Service, parse
 
 MODEL_VOLUME_MISSING = "ModelVolumeNotFound"
 NAME_CONFLICT = "ChildNameTaken"
@@ -34,6 +36,15 @@ REFUSALS = frozenset({400, 403, 422})
 RETRY_DELAY_SECONDS = 10
 
 
+class SpecError(Exception):
+    """The resource cannot be reconciled as written; `reason` is one CamelCase word."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 @dataclasses.dataclass
 class Context:
     """What every handler shares: the operator's settings and its two HTTP clients."""
@@ -41,19 +52,30 @@ class Context:
     config: Any  # hedgerow.operator.main.OperatorSettings
     kube: KubeClient
     probes: aiohttp.ClientSession | None = None
-    # One lock per EmbeddingService (namespace/name) around reading pods and writing their gates:
-    # reconcile and the warmup timer both observe, and one of them acting on a pod list read
-    # before the other's gate write would undo that write. Weak values: a lock lives only
-    # while somebody waits on it.
-    _gate_locks: weakref.WeakValueDictionary = dataclasses.field(
+    # Locks per EmbeddingService, by (purpose, namespace, name); weak values: a lock lives only
+    # while somebody holds or waits on it.
+    _locks: weakref.WeakValueDictionary = dataclasses.field(
         default_factory=weakref.WeakValueDictionary)
 
-    def gate_lock(self, service: Service) -> asyncio.Lock:
-        key = f"{service.namespace}/{service.name}"
-        lock = self._gate_locks.get(key)
+    def _lock(self, *key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
         if lock is None:
-            lock = self._gate_locks[key] = asyncio.Lock()
+            lock = self._locks[key] = asyncio.Lock()
         return lock
+
+    def gate_lock(self, service: Service) -> asyncio.Lock:
+        """Around reading pods and writing their gates: reconcile and the warmup timer both
+        observe, and one of them acting on a pod list read before the other's gate write would
+        undo that write."""
+        return self._lock("gates", service.namespace, service.name)
+
+    def reconcile_lock(self, body: Mapping[str, Any]) -> asyncio.Lock:
+        """Around one whole reconcile: the resync timer and a change handler run concurrently,
+        and a pass that read the spec before a change would apply the old children after the
+        new ones (a rollout back and forth). Taken before the spec is read, the later pass
+        reads the later spec (kopf's body is live)."""
+        meta = body.get("metadata") or {}
+        return self._lock("reconcile", meta.get("namespace") or "", meta.get("name") or "")
 
 
 def _announce(body: Mapping[str, Any], changed: list[dict]) -> None:
@@ -120,10 +142,17 @@ async def _check_children(ctx: Context, service: Service,
 
 async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
                     logger: logging.Logger) -> None:
-    """Bring every child to the spec's desired state, then refresh status."""
+    """Bring every child to the spec's desired state, then refresh status (one pass at a time
+    per resource)."""
+    async with ctx.reconcile_lock(body):
+        await _reconcile(ctx, body, patch, logger)
+
+
+async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
+                     logger: logging.Logger) -> None:
     generation = (body.get("metadata") or {}).get("generation")
+    service = parse(body)
     try:
-        service = parse(body)
         await _preflight(ctx, service)
         manifests = build_all(service)
         live = await _check_children(ctx, service, manifests)
@@ -131,7 +160,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         logger.warning("spec rejected: %s: %s", error.reason, error.message)
         _write_conditions(body, patch, status.invalid_conditions(
             error.reason, error.message, generation),
-            status.status_fields(_model_label(body), None, generation))
+            status.status_fields(service.model_label, None, generation))
         return
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
@@ -152,21 +181,17 @@ async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
 
 async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
                        logger: logging.Logger) -> None:
-    """Timer: read each server pod's warmup, set its gate, refresh the conditions."""
-    try:
-        service = parse(body)
-    except SpecError:
-        return  # reconcile already reported it
+    """Timer: read each server pod's warmup, set its gate, refresh the conditions (unless
+    reconcile reported that the spec cannot be applied: that report stays)."""
+    service = parse(body)
     acted_on = (body.get("status") or {}).get("observedGeneration")
     try:
-        await observe(ctx, service, body, patch, acted_on)
+        if status.spec_not_applied((body.get("status") or {}).get("conditions")):
+            await track_gates(ctx, service, body)
+        else:
+            await observe(ctx, service, body, patch, acted_on)
     except ApiError as error:
         logger.warning("warmup tracking failed: %s", error)
-
-
-def _model_label(body: Mapping[str, Any]) -> str:
-    model = ((body.get("spec") or {}).get("model") or {})
-    return str(model.get("huggingFaceId") or model.get("path") or "")
 
 
 def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:
@@ -203,14 +228,8 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
                                 names.server_name(service))
     gateway = await ctx.kube.get("apps/v1", "Deployment", service.namespace,
                                  names.gateway_name(service))
-    decisions = await update_gates(ctx, service)
-    for name, decision, written in decisions:
-        if written:
-            kopf.event(body, type="Normal" if decision.status == "True" else "Warning",
-                       reason=decision.reason,
-                       message=f"pod {name}: {names.GATE_CONDITION}={decision.status}: "
-                               f"{decision.message}")
-    warm = sum(decision.status == "True" for _, decision, _ in decisions)
+    decisions = await track_gates(ctx, service, body)
+    warm = sum(decision.status == "True" for decision in decisions)
     if service.autoscaled:
         desired = int(((server or {}).get("spec") or {}).get(
             "replicas", service.spec["autoscaling"]["minReplicas"]))
@@ -247,6 +266,19 @@ async def update_gates(ctx: Context,
                     {"status": {"conditions": [warmup.gate_condition(view, decision, at)]}})
             results.append((view.name, decision, written))
     return results
+
+
+async def track_gates(ctx: Context, service: Service,
+                      body: Mapping[str, Any]) -> list[warmup.GateDecision]:
+    """update_gates, announcing each gate written as an event on the resource `body`."""
+    results = await update_gates(ctx, service)
+    for name, decision, written in results:
+        if written:
+            kopf.event(body, type="Normal" if decision.status == "True" else "Warning",
+                       reason=decision.reason,
+                       message=f"pod {name}: {names.GATE_CONDITION}={decision.status}: "
+                               f"{decision.message}")
+    return [decision for _, decision, _ in results]
 
 
 async def _decide(ctx: Context, view: warmup.ServerPod) -> warmup.GateDecision:

@@ -19,7 +19,7 @@ from hedgerow import logs
 from hedgerow import settings as settings_lib
 from hedgerow.addresses import bind_error
 from hedgerow.errors import ConfigError
-from hedgerow.operator.names import OPERATOR_HEALTH_PORT
+from hedgerow.operator.names import OPERATOR_HEALTH_PORT, SERVER_HTTP_PORT
 from hedgerow.operator.registration import register
 
 HELP = "Run the Kubernetes operator that turns EmbeddingServices into a serving fleet."
@@ -49,7 +49,7 @@ class OperatorSettings:
         unit="seconds", minimum=0.1,
     )
     warmup_port: int = settings_lib.setting(
-        9090, "Port of the servers' /warmup endpoint.", unit="TCP port", minimum=1,
+        SERVER_HTTP_PORT, "Port of the servers' /warmup endpoint.", unit="TCP port", minimum=1,
         maximum=65535,
     )
     warmup_timeout: float = settings_lib.setting(

@@ -6,8 +6,10 @@ selector and ownerReference from the parent. Knows nothing about what the childr
 
 from typing import Any, Literal, Mapping
 
+from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.operator import crd
 from hedgerow.operator.spec import Service
+from hedgerow.server_settings import ServerSettings
 
 FIELD_MANAGER = "hedgerow-operator"
 # Holds the server Deployment's replicas while autoscaling takes them over (handlers.py).
@@ -15,9 +17,10 @@ HANDOVER_MANAGER = "hedgerow-handover-to-hpa"
 GATE_CONDITION = "hedgerow.dev/graphs-warm"
 CONFIG_HASH_ANNOTATION = "hedgerow.dev/config-hash"
 
-GATEWAY_HTTP_PORT = 8080
-SERVER_GRPC_PORT = 50051
-SERVER_HTTP_PORT = 9090
+# The processes' own default ports (one definition each), which are DESIGN.md's fixed ports.
+GATEWAY_HTTP_PORT = GatewaySettings.port
+SERVER_GRPC_PORT = ServerSettings.port
+SERVER_HTTP_PORT = ServerSettings.http_port
 OPERATOR_HEALTH_PORT = 8081
 
 SERVER_CONTAINER = "server"

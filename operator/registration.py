@@ -44,12 +44,12 @@ def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
         if info is not None:
-            await ctx.kube.connect(info)
+            ctx.kube.connect(info)
         return info
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
-        await ctx.kube.close()
+        ctx.kube.close()
         if ctx.probes is not None:
             await ctx.probes.close()
 

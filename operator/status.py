@@ -110,6 +110,12 @@ def invalid_conditions(reason: str, message: str, generation: int | None) -> lis
     ]
 
 
+def spec_not_applied(conditions: Iterable[Mapping[str, Any]] | None) -> bool:
+    """Whether `conditions` say the last reconcile refused the spec (invalid_conditions)."""
+    return any(c.get("type") == PROGRESSING and c.get("reason") == SPEC_NOT_APPLIED
+               for c in conditions or ())
+
+
 def merge(old: Iterable[Mapping[str, Any]] | None, new: list[dict], at: str) -> list[dict]:
     """New conditions, each keeping its old lastTransitionTime when its status is unchanged."""
     previous = {c.get("type"): c for c in old or ()}

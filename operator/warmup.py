@@ -1,22 +1,22 @@
 """Warmup of server pods: reading `/warmup` and deciding each pod's readiness-gate condition.
 
-Owns the meaning of a server's warmup report and of the pod condition
-`hedgerow.dev/graphs-warm`: a pod is warm when its model is loaded and its hot CUDA-graph set is
-captured (coverage >= 1.0, or an empty hot set). The gate is reset when the server container
-restarted after the gate last turned True (its graphs died with the process). `fetch_report`
-is the only I/O here (an HTTP GET on the pod IP); the decisions are pure. Knows nothing about
-EmbeddingServices or the Kubernetes API client.
+Owns the pod condition `hedgerow.dev/graphs-warm`: it is True when the pod's /warmup report is
+warm (what that means, and the report's fields, are hedgerow.warmup_report's: the contract the
+server answers with), and it is reset when the server container restarted after the gate last
+turned True (its graphs died with the process). `fetch_report` is the only I/O here (an HTTP
+GET on the pod IP); the decisions are pure. Knows nothing about EmbeddingServices or the
+Kubernetes API client.
 """
 
 import asyncio
 import dataclasses
 import datetime
-import json
 from typing import Any, Mapping
 
 import aiohttp
 
 from hedgerow.operator import names
+from hedgerow.warmup_report import WarmupReport, WarmupReportError, parse_report
 
 WARM = "GraphsCaptured"
 WARMING = "Warming"
@@ -29,67 +29,6 @@ class WarmupUnavailable(Exception):
     """The pod's /warmup could not be read or parsed; the message says why."""
 
 
-@dataclasses.dataclass(frozen=True)
-class WarmupReport:
-    """The fields of a server's /warmup the operator reads (the server reports more)."""
-
-    loaded: bool
-    captured: int  # graphs captured so far, hot set or lazily
-    hot_set: int  # size of the hot set
-    hot_set_captured: int
-    coverage: float  # share of the hot set captured
-    error: str | None = None  # why loading failed, when it did
-    # Health SERVING: warmup has returned. A hot-set shape that could not be captured (over
-    # the graph memory limit, or a failed capture) runs eagerly, slower but correct, so a
-    # serving replica joins traffic whatever its coverage; waiting for 1.0 would keep it out
-    # for good.
-    serving: bool = False
-
-    @property
-    def warm(self) -> bool:
-        return self.loaded and (self.coverage >= 1.0 or self.hot_set == 0 or self.serving)
-
-    def describe(self) -> str:
-        if self.error:
-            return f"model failed to load: {self.error}"[:300]
-        if not self.loaded:
-            return "model loading"
-        text = (f"{self.hot_set_captured}/{self.hot_set} hot graphs captured "
-                f"(coverage {self.coverage:.2f})")
-        if self.serving and self.hot_set_captured < self.hot_set:
-            text += (f"; warmup done, {self.hot_set - self.hot_set_captured} run eagerly (graph "
-                     "memory limit or a failed capture: see the server's log)")
-        return text
-
-
-def parse_report(raw: bytes) -> WarmupReport:
-    """A WarmupReport from /warmup's JSON; raises WarmupUnavailable on anything malformed."""
-    try:
-        data = json.loads(raw)
-    except ValueError as error:
-        raise WarmupUnavailable(f"/warmup is not JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise WarmupUnavailable("/warmup is not a JSON object")
-    try:
-        loaded = data["loaded"]
-        captured, hot_set = int(data.get("captured", 0)), int(data.get("hot_set", 0))
-        coverage = float(data.get("coverage", 0.0))
-        hot_captured = int(data.get("hot_set_captured", round(coverage * hot_set)))
-    except KeyError:
-        raise WarmupUnavailable("/warmup lacks the field 'loaded'") from None
-    except (TypeError, ValueError, OverflowError) as error:  # Overflow: int(Infinity)
-        raise WarmupUnavailable(f"/warmup has a malformed count: {error}") from None
-    if not isinstance(loaded, bool):
-        raise WarmupUnavailable("/warmup field 'loaded' is not a boolean")
-    error = data.get("error")
-    serving = data.get("serving", False)
-    if not isinstance(serving, bool):
-        raise WarmupUnavailable("/warmup field 'serving' is not a boolean")
-    return WarmupReport(loaded=loaded, captured=captured, hot_set=hot_set,
-                        hot_set_captured=hot_captured, coverage=coverage,
-                        error=str(error) if error else None, serving=serving)
-
-
 async def fetch_report(session: aiohttp.ClientSession, ip: str, port: int,
                        timeout: float) -> WarmupReport:
     """GET http://IP:PORT/warmup within `timeout` seconds."""
@@ -99,6 +38,8 @@ async def fetch_report(session: aiohttp.ClientSession, ip: str, port: int,
             if response.status != 200:
                 raise WarmupUnavailable(f"{url} answered HTTP {response.status}")
             return parse_report(await response.read())
+    except WarmupReportError as error:
+        raise WarmupUnavailable(f"{url}: {error}") from None
     except (aiohttp.ClientError, asyncio.TimeoutError) as error:
         raise WarmupUnavailable(f"{url}: {type(error).__name__} {error}".strip()) from None
 

@@ -33,7 +33,7 @@ from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.scheduler import Scheduler
 from hedgerow.server.service import SERVICE_NAME, EmbedderService, add_to_server
 from hedgerow.server.settings import ServerSettings
-from hedgerow.server.state import ServerState, engine_warmup_report, is_warm
+from hedgerow.server.state import ServerState, warmup_report
 
 log = logging.getLogger("hedgerow.server")
 
@@ -75,7 +75,7 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
 def load_engine(settings: ServerSettings, gpu_settings: Any = None):
     """Load the engine and capture its hot set (blocking; run it on a worker thread).
 
-    Raises ModelLoadError. `gpu_settings` (hedgerow.engine.gpu_settings.GpuSettings) configures the
+    Raises ModelLoadError. `gpu_settings` (hedgerow.gpu_settings.GpuSettings) configures the
     CUDA graph cache; None takes the engine's defaults; the CPU engine ignores it.
     """
     import torch
@@ -178,12 +178,10 @@ async def _set_serving(state: ServerState, health: HealthServicer) -> None:
     configurations eagerly: slower, still correct, so the replica serves and says so in the
     log and in /warmup's coverage, which the operator's graphs-warm gate reads.
     """
-    if not is_warm(state.engine):
-        report = engine_warmup_report(state.engine)
-        log.warning("%s", fields(event="server.hot_set_incomplete",
-                                 coverage=report.get("coverage"),
-                                 hot_set=report.get("hot_set"),
-                                 captured=report.get("hot_set_captured")))
+    report = warmup_report(state)
+    if not report.hot_set_complete:
+        log.warning("%s", fields(event="server.hot_set_incomplete", coverage=report.coverage,
+                                 hot_set=report.hot_set, captured=report.hot_set_captured))
     # Everything alive now (model, modules, the engine's buffers) lives until exit: move it out
     # of the collector's view, so full collections while serving stay short (tail latency).
     gc.freeze()

@@ -11,8 +11,8 @@ import os
 import logging
 
 from hedgerow import logs, settings
-from hedgerow.engine.gpu_settings import GpuSettings
-from hedgerow.server.settings import ServerSettings
+from hedgerow.gpu_settings import GpuSettings
+from hedgerow.server_settings import ServerSettings
 
 HELP = ("Serve a text-embedding model over gRPC (Embedder + grpc.health.v1) with /metrics and "
         "/warmup over HTTP.")

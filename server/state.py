@@ -2,10 +2,10 @@
 
 `ServerState` starts with no engine (the model is loading) and gains one, plus its scheduling
 loop and the engine thread they share, when loading finishes. The gRPC service and the HTTP
-endpoints read it; only `app.py` writes it. `warmup_status()` is the /warmup body: the
-engine's own warmup report (`Engine.warmup_report()`, the GPU engine's graph cache) plus the
-step shapes this server ran.
-Knows nothing about gRPC or HTTP.
+endpoints read it; only `app.py` writes it. `warmup_report()` is this server's side of the
+/warmup contract (hedgerow.warmup_report, which also says what "warm" means) and
+`warmup_status()` its body, with the engine's graph-cache detail and the step shapes this
+server ran. Knows nothing about gRPC or HTTP.
 """
 
 from dataclasses import dataclass
@@ -14,6 +14,7 @@ from typing import Any
 from hedgerow.server.loop import EmbedLoop
 from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.settings import ServerSettings
+from hedgerow.warmup_report import WarmupReport, from_engine
 
 
 @dataclass(eq=False)
@@ -28,28 +29,20 @@ class ServerState:
     active_calls: int = 0          # Embed/Score handlers running (not health watches)
 
 
-def engine_warmup_report(engine: Any) -> dict[str, Any]:
-    """The engine's warmup report (graph cache state; trivially warm on CPU)."""
-    return dict(engine.warmup_report())
-
-
-def is_warm(engine: Any) -> bool:
-    """True when the engine has no hot set to capture, or has captured all of it."""
-    return float(engine_warmup_report(engine).get("coverage", 1.0)) >= 1.0
+def warmup_report(state: ServerState) -> WarmupReport:
+    """The contract's fields: loading (or why it failed), or the engine's hot-set counts."""
+    if state.engine is None:
+        return WarmupReport(loaded=False, serving=state.serving, error=state.load_error)
+    return from_engine(state.engine.warmup_report(), serving=state.serving)
 
 
 def warmup_status(state: ServerState) -> dict[str, Any]:
-    """JSON-ready warmup state: the engine's report (loaded, configurations seen, captured,
-    hot-set coverage, graph memory), plus the steps this server ran and how many distinct
+    """JSON-ready /warmup body: the contract's fields, plus the engine's report (graph cache:
+    configurations seen, graph memory, ...), the steps this server ran and how many distinct
     (sequences, tokens) step shapes they had."""
-    status: dict[str, Any] = {"loaded": False, "serving": state.serving}
-    if state.load_error is not None:
-        status["error"] = state.load_error
-    if state.engine is None:
-        return status
-    status.update(engine_warmup_report(state.engine))
-    loop = state.loop
-    status["steps"] = loop.steps if loop else 0
-    status["step_shapes_seen"] = len(loop.shapes) if loop else 0
-    status["loaded"] = True
-    return status
+    details: dict[str, Any] = {}
+    if state.engine is not None:
+        loop = state.loop
+        details = {**state.engine.warmup_report(), "steps": loop.steps if loop else 0,
+                   "step_shapes_seen": len(loop.shapes) if loop else 0}
+    return warmup_report(state).body(details)

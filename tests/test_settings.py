@@ -20,6 +20,7 @@ class Sample:
     mode: str = setting("fast", "Mode.", choices=("fast", "slow"))
     grace: float = setting(30.0, "Grace.", unit="seconds", minimum=0)
     prefix: str | None = setting(None, "Prefix.", literal=True)
+    buckets: tuple[int, ...] = setting((1, 2), "Buckets.", minimum=1, max_items=3)
 
 
 def parse(argv, environ=None):
@@ -41,9 +42,19 @@ def test_environment_then_flag_precedence():
 
 
 def test_types_are_parsed():
-    loaded = parse(["--model", "/m", "--servers", "x:1, y:2"])
+    loaded = parse(["--model", "/m", "--servers", "x:1, y:2", "--buckets", "1, 4,8"])
     assert loaded.model == Path("/m")
     assert loaded.servers == ("x:1", "y:2")
+    assert loaded.buckets == (1, 4, 8)
+    assert parse(["--buckets", ""]).buckets == ()
+
+
+def test_every_value_reads_back_from_its_environment_spelling():
+    written = Sample(max_batch_tokens=7, model=Path("/m"), normalize=False, servers=("a:1", "b:2"),
+                     mode="slow", grace=2.5, prefix="", buckets=(3,))
+    environ = {settings.env_name(f.name): settings.env_value(getattr(written, f.name))
+               for f in settings.fields_of(Sample)}
+    assert parse([], environ) == written
 
 
 def test_empty_is_unset_unless_the_setting_is_literal():
@@ -65,6 +76,9 @@ def test_empty_is_unset_unless_the_setting_is_literal():
         ([], {"HEDGEROW_NORMALIZE": "maybe"}, "expected true or false"),
         (["--mode", "medium"], {}, "not one of fast, slow"),
         (["--grace", "nan"], {}, "--grace: expected a number"),
+        (["--buckets", "1,x"], {}, "--buckets: expected int, got 'x'"),
+        (["--buckets", "1,0"], {}, "--buckets: 0 is below the minimum 1"),
+        ([], {"HEDGEROW_BUCKETS": "1,2,3,4"}, "HEDGEROW_BUCKETS: 4 entries, at most 3"),
     ],
 )
 def test_bad_values_name_the_setting(argv, env, message):
@@ -77,3 +91,17 @@ def test_help_names_the_environment_variable():
     settings.add_arguments(parser, Sample)
     text = parser.format_help()
     assert "HEDGEROW_MAX_BATCH_TOKENS" in text and "Unit: tokens" in text
+    assert "Default: 1,2." in text
+
+
+def test_the_parsed_view_and_the_docs_table():
+    fields = {f.name: f for f in settings.fields_of(Sample)}
+    assert (fields["buckets"].kind, fields["buckets"].item_kind) == (tuple, int)
+    assert fields["model"].optional and fields["model"].kind is Path
+    assert fields["max_batch_tokens"].env == "HEDGEROW_MAX_BATCH_TOKENS"
+    rows = settings.markdown_table(Sample).splitlines()
+    assert rows[0] == "| flag | environment | default | meaning |"
+    assert "| `--max-batch-tokens` | `HEDGEROW_MAX_BATCH_TOKENS` | `512` | Token budget per " \
+           "batch. Unit: tokens. |" in rows
+    assert "| `--mode` | `HEDGEROW_MODE` | `fast` | Mode. One of: fast, slow. |" in rows
+    assert len(rows) == 2 + len(fields)

@@ -121,7 +121,7 @@ def test_gateway_install_set_has_no_torch():
 
 def test_operator_install_set_has_no_torch():
     closure = _closure(_extra_requirements("operator"))
-    assert {"kopf", "aiohttp", "jsonschema"} <= closure
+    assert {"kopf", "kubernetes", "aiohttp"} <= closure
     assert not HEAVY & closure
 
 

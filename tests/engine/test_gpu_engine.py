@@ -24,8 +24,9 @@ import transformers  # noqa: E402
 
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
-from hedgerow.engine.gpu_settings import GpuSettings  # noqa: E402
-from hedgerow.engine.graphs import Config, State  # noqa: E402
+from hedgerow.engine.graphs import State  # noqa: E402
+from hedgerow.gpu_settings import GpuSettings  # noqa: E402
+from hedgerow.graph_grid import Config  # noqa: E402
 
 VOCAB = 301
 
@@ -74,7 +75,7 @@ def model_dir(request, tmp_path_factory):
 
 def _engine(model_dir, **settings):
     defaults = dict(graph_hot_set=(), graph_max_tokens=1024, graph_max_seqs=8,
-                    graph_seq_buckets=("1", "2", "4", "8"), compile=False)
+                    graph_seq_buckets=(1, 2, 4, 8), compile=False)
     defaults.update(settings)
     return Engine.load(model_dir, device="cuda", dtype="bfloat16",
                        gpu_settings=GpuSettings(**defaults))

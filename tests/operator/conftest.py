@@ -22,6 +22,7 @@ from kmock import KubernetesEmulator
 
 from hedgerow.operator import crd
 from hedgerow.operator.main import OperatorSettings, operate
+from hedgerow.warmup_report import WarmupReport
 
 
 class Emulator(KubernetesEmulator):
@@ -153,12 +154,16 @@ async def eventually(probe: Callable[[], Awaitable[Any]], what: str,
     raise AssertionError(f"timed out waiting for {what}; last seen: {last!r}")
 
 
+def warmup_body(**fields: Any) -> dict:
+    """A /warmup body as a server answers it (the contract in hedgerow.warmup_report)."""
+    return WarmupReport(**fields).body({})
+
+
 class WarmupServer:
     """Serves /warmup on 127.0.0.1 with whatever `report` currently holds (None → 503)."""
 
     def __init__(self) -> None:
-        self.report: dict | None = {"loaded": False, "captured": 0, "hot_set": 4,
-                                    "coverage": 0.0}
+        self.report: dict | None = warmup_body(loaded=False, hot_set=4)
         self.port = 0
         self.hits = 0
 

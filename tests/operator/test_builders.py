@@ -105,7 +105,7 @@ def test_server_deployment_defaults():
     assert mount == {"name": "model", "mountPath": "/models", "readOnly": True, "subPath": "hf"}
     config = children[("ConfigMap", "emb-server")]["data"]
     assert config["HEDGEROW_MODEL"] == "/models/bge-m3"
-    assert config["HEDGEROW_DEVICE"] == "cuda" and config["HEDGEROW_DTYPE"] == "bfloat16"
+    assert config["HEDGEROW_DEVICE"] == "cuda" and config["HEDGEROW_DTYPE"] == "auto"
     assert config["HEDGEROW_PORT"] == "50051" and config["HEDGEROW_HTTP_PORT"] == "9090"
     assert ("HorizontalPodAutoscaler", "emb-server") not in children
     assert [c.kind for c in unwanted(_service("defaults"))] == ["HorizontalPodAutoscaler"]
@@ -189,10 +189,10 @@ def test_configmaps_load_into_the_real_process_settings(spec):
     """The ConfigMaps are the contract with `hedgerow server` and `hedgerow gateway`: every
     key must be a setting those processes read, in a format they accept."""
     from hedgerow import settings as settings_lib
-    from hedgerow.engine.gpu_settings import GpuSettings
-    from hedgerow.engine.graphs import parse_hot_set
-    from hedgerow.gateway.settings import GatewaySettings
-    from hedgerow.server.settings import ServerSettings
+    from hedgerow.gateway_settings import GatewaySettings
+    from hedgerow.gpu_settings import GpuSettings
+    from hedgerow.graph_grid import parse_hot_set
+    from hedgerow.server_settings import ServerSettings
 
     children = _by_kind(build_all(_service(spec)))
     server_env = children[("ConfigMap", "emb-server")]["data"]
@@ -211,11 +211,12 @@ def test_configmaps_load_into_the_real_process_settings(spec):
 
 
 @pytest.mark.parametrize("graphs, buckets, hot", [
-    ({}, "1,2,4,8,16,32,64", "1x64,1x128,1x256,1x512"),
-    ({"maxSeqs": 100}, "1,2,4,8,16,32,64,100", "1x64,1x128,1x256,1x512"),
-    ({"maxTokens": 192, "maxSeqs": 1}, "1", "1x64,1x128"),
+    ({"maxTokens": 192, "maxSeqs": 1, "seqBuckets": [1],
+      "hotSet": [{"sequences": 1, "tokens": 64}, {"sequences": 1, "tokens": 128}]},
+     "1", "1x64,1x128"),
+    ({"maxSeqs": 8, "seqBuckets": [], "hotSet": []}, "", ""),
 ])
-def test_graph_defaults_always_fit_the_grid(graphs, buckets, hot):
+def test_graph_settings_reach_the_server_as_written(graphs, buckets, hot):
     body = copy.deepcopy(BASE)
     body["spec"]["server"]["graphs"] = graphs
     env = build_server_config(parse(body))["data"]

@@ -43,7 +43,7 @@ class RefusingKube:
         key = (manifest["kind"], manifest["metadata"]["name"])
         (self.dry_runs if dry_run else self.writes).append(key)
         if key == ("Deployment", self.refused):
-            raise ApiError(self.status, "PATCH", "/apis/apps/v1/...", "admission webhook "
+            raise ApiError(self.status, "APPLY Deployment ml/emb-server", "admission webhook "
                            "\"policy.example\" denied the request: privileged GPU pods")
         return manifest
 

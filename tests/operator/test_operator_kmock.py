@@ -19,6 +19,7 @@ from aiohttp import web
 
 from hedgerow.operator import handlers, names, spec, warmup
 from hedgerow.operator.kube import KubeClient
+from tests.operator.conftest import warmup_body
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -153,14 +154,14 @@ async def test_warmup_reports_set_gates_and_graphs_warm(cluster):
         await cluster.post("/api/v1/namespaces/ml/pods", _pod(pod, started))
 
     # Still capturing: gates False with the reported progress, GraphsWarm False.
-    cluster.warmup.report = {"loaded": True, "captured": 2, "hot_set": 4, "coverage": 0.5}
+    cluster.warmup.report = warmup_body(loaded=True, hot_set=4, hot_set_captured=2)
     cold = await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "False"), "gate False")
     assert cold["reason"] == "Warming"
     warm = await cluster.eventually(lambda: _condition(cluster, "emb", "GraphsWarm"), "GraphsWarm")
     assert warm["status"] == "False"
 
     # Hot set captured: both gates True, GraphsWarm True with counts, Ready True.
-    cluster.warmup.report = {"loaded": True, "captured": 4, "hot_set": 4, "coverage": 1.0}
+    cluster.warmup.report = warmup_body(loaded=True, hot_set=4, hot_set_captured=4)
     for pod in ("emb-server-a", "emb-server-b"):
         await cluster.eventually(lambda: _gate(cluster, pod, "True"), f"{pod} gate True")
 
@@ -203,8 +204,7 @@ async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):
             held.set()
             await release.wait()
             return web.Response(status=503)
-        return web.json_response({"loaded": True, "captured": 4, "hot_set": 4,
-                                  "coverage": 1.0})
+        return web.json_response(warmup_body(loaded=True, hot_set=4, hot_set_captured=4))
 
     app = web.Application()
     app.router.add_get("/warmup", warmup_endpoint)
@@ -217,7 +217,7 @@ async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):
     await kube_api.post(kube_api.cr_path, body)
     await kube_api.post("/api/v1/namespaces/ml/pods", _pod("emb-server-a", "2026-01-01T00:00:00Z"))
     kube = KubeClient()
-    await kube.connect(kopf.ConnectionInfo(server=str(kube_api.kmock.url), token="t"))
+    kube.connect(kopf.ConnectionInfo(server=str(kube_api.kmock.url), token="t"))
     config = types.SimpleNamespace(warmup_port=port, warmup_timeout=10.0)
     ctx = handlers.Context(config=config, kube=kube, probes=aiohttp.ClientSession())
     try:
@@ -230,7 +230,7 @@ async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):
         await asyncio.wait_for(asyncio.gather(first, second), 20)
     finally:
         await ctx.probes.close()
-        await kube.close()
+        kube.close()
         await runner.cleanup()
     assert [d.reason for _, d, _ in first.result()] == [warmup.UNREACHABLE]
     assert [d.reason for _, d, _ in second.result()] == [warmup.WARM]
@@ -260,25 +260,28 @@ async def _events(cluster, reason):
     return [e for e in listing.get("items", []) if e.get("reason") == reason]
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda s: s["autoscaling"].update(minReplicas=6, maxReplicas=3), "InvalidAutoscaling"),
-    (lambda s: s["server"].update(graphs={"maxTokens": 1100}), "InvalidBucketGrid"),
-    (lambda s: s["model"].update(persistentVolumeClaim={"claimName": "absent"},
-                                 hostPath=None) or s["model"].pop("hostPath"),
-     "ModelVolumeNotFound"),
-])
-async def test_invalid_resource_gets_a_clear_condition_and_no_children(cluster, mutate, reason):
+def _without_volume(spec, claim="absent"):
+    spec["model"].pop("hostPath")
+    spec["model"]["persistentVolumeClaim"] = {"claimName": claim}
+
+
+async def test_a_missing_model_volume_gets_a_clear_condition_and_no_children(cluster):
+    """What no schema can judge (the API server refuses what the CRD's rules refuse, before the
+    operator sees it): the model's PVC must exist."""
     body = cluster.resource("bad")
-    mutate(body["spec"])
+    _without_volume(body["spec"])
     await cluster.post(cluster.cr_path, body)
 
     async def rejected():
         cond = await _condition(cluster, "bad", "Ready")
-        return cond if cond and cond["reason"] == reason else None
+        return cond if cond and cond["reason"] == "ModelVolumeNotFound" else None
 
-    cond = await cluster.eventually(rejected, f"Ready=False {reason}")
-    assert cond["status"] == "False" and cond["message"]
-    assert await cluster.eventually(lambda: _events(cluster, reason), f"a {reason} event")
+    cond = await cluster.eventually(rejected, "Ready=False ModelVolumeNotFound")
+    assert cond["status"] == "False" and "'absent'" in cond["message"]
+    assert await cluster.eventually(lambda: _events(cluster, "ModelVolumeNotFound"),
+                                    "a ModelVolumeNotFound event")
+    await asyncio.sleep(1.0)  # a few warmup cycles: they keep the reason, not overwrite it
+    assert (await _condition(cluster, "bad", "Ready"))["reason"] == "ModelVolumeNotFound"
     for api_version, plural, _ in CHILDREN:
         listing = await cluster.get(f"{cluster.child_path(api_version, plural, '')}".rstrip("/"))
         assert not [item for item in listing.get("items", [])
@@ -310,20 +313,21 @@ async def test_a_child_name_held_by_someone_else_is_not_taken_over(cluster):
             assert await cluster.get(cluster.child_path(api_version, plural, child)) is None
 
 
-async def test_spec_turning_invalid_keeps_the_last_good_children(cluster):
+async def test_a_spec_that_cannot_be_applied_keeps_the_last_good_children(cluster):
     await cluster.post(cluster.cr_path, cluster.resource("emb"))
     await cluster.eventually(lambda: _all_children(cluster), "every child")
     spec = copy.deepcopy(cluster.resource("emb")["spec"])
     spec["server"]["image"] = "registry.example/hedgerow-server:broken"
-    spec["autoscaling"].update(minReplicas=9, maxReplicas=3)
+    _without_volume(spec)
+    spec["model"]["hostPath"] = None  # a merge patch removes a field with null
     await cluster.patch(f"{cluster.cr_path}/emb", {"metadata": {"generation": 2}, "spec": spec})
 
     async def rejected():
         cond = await _condition(cluster, "emb", "Ready")
-        return cond if cond and cond["reason"] == "InvalidAutoscaling" else None
+        return cond if cond and cond["reason"] == "ModelVolumeNotFound" else None
 
-    cond = await cluster.eventually(rejected, "Ready=False InvalidAutoscaling")
-    assert cond["observedGeneration"] == 2 and "minReplicas" in cond["message"]
+    cond = await cluster.eventually(rejected, "Ready=False ModelVolumeNotFound")
+    assert cond["observedGeneration"] == 2 and "claimName" in cond["message"]
     deployment = await cluster.get(cluster.child_path("apps/v1", "deployments", "emb-server"))
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example/hedgerow-server:1", "the last good spec keeps serving"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from hedgerow.operator import names
+from tests.operator.conftest import warmup_body
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = Path(sys.executable).parent / "helm"
@@ -63,7 +64,7 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
     await cluster.post(cluster.cr_path, cluster.resource("emb"))
     hpa = cluster.child_path("autoscaling/v2", "horizontalpodautoscalers", "emb-server")
     await cluster.eventually(lambda: cluster.get(hpa), "the HPA")
-    cluster.warmup.report = {"loaded": True, "captured": 1, "hot_set": 1, "coverage": 1.0}
+    cluster.warmup.report = warmup_body(loaded=True, hot_set=1, hot_set_captured=1)
     await cluster.post(f"/api/v1/namespaces/{cluster.namespace}/pods", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "emb-server-a", "namespace": cluster.namespace,

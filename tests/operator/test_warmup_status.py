@@ -1,50 +1,8 @@
-"""Warmup decisions for a pod's readiness gate, and the resource's conditions."""
-
-import pytest
+"""Warmup decisions for a pod's readiness gate, and the resource's conditions. (What a report
+says and what "warm" means are tested with the contract, in tests/test_warmup_report.py.)"""
 
 from hedgerow.operator import status, warmup
-from hedgerow.operator.warmup import WarmupUnavailable, parse_report
-
-
-def test_parse_report_and_warmth():
-    report = parse_report(b'{"loaded": true, "captured": 3, "hot_set": 4, "coverage": 0.75}')
-    assert not report.warm and "3/4" in report.describe()
-    assert parse_report(b'{"loaded": true, "captured": 4, "hot_set": 4, "coverage": 1.0}').warm
-    assert parse_report(b'{"loaded": true, "captured": 0, "hot_set": 0, "coverage": 0}').warm
-    assert not parse_report(b'{"loaded": false, "hot_set": 0}').warm
-    # What the server sends today (server/state.py): extra fields are ignored.
-    full = parse_report(b'{"loaded": true, "serving": true, "captured": 9, "hot_set": 6, '
-                        b'"hot_set_captured": 6, "coverage": 1.0, "steps": 40}')
-    assert full.warm and full.describe().startswith("6/6 hot graphs")
-    failed = parse_report(b'{"loaded": false, "serving": false, "error": "no config.json"}')
-    assert not failed.warm and "no config.json" in failed.describe()
-
-
-def test_a_serving_replica_whose_hot_set_could_not_all_be_captured_is_warm():
-    """Over the graph memory limit (or a failed capture) those shapes run eagerly and the
-    server serves; waiting for coverage 1.0 would keep the pod out of traffic for good."""
-    partial = parse_report(b'{"loaded": true, "serving": true, "captured": 2, "hot_set": 4, '
-                           b'"hot_set_captured": 2, "coverage": 0.5}')
-    assert partial.warm
-    assert "2/4 hot graphs captured" in partial.describe()
-    assert "2 run eagerly (graph memory limit or a failed capture" in partial.describe()
-    capturing = parse_report(b'{"loaded": true, "serving": false, "captured": 2, "hot_set": 4, '
-                             b'"hot_set_captured": 2, "coverage": 0.5}')
-    assert not capturing.warm and "eagerly" not in capturing.describe()
-
-
-@pytest.mark.parametrize("raw, fragment", [
-    (b"<html>", "not JSON"),
-    (b"[1]", "not a JSON object"),
-    (b'{"captured": 1}', "lacks the field 'loaded'"),
-    (b'{"loaded": "yes"}', "not a boolean"),
-    (b'{"loaded": true, "captured": "many"}', "malformed count"),
-    (b'{"loaded": true, "hot_set": Infinity}', "malformed count"),
-    (b'{"loaded": true, "serving": "yes"}', "'serving' is not a boolean"),
-])
-def test_malformed_reports_are_rejected(raw, fragment):
-    with pytest.raises(WarmupUnavailable, match=fragment):
-        parse_report(raw)
+from hedgerow.warmup_report import WarmupReport
 
 
 def _pod(running=True, started="2026-01-01T00:00:00Z", gate=None):
@@ -56,8 +14,8 @@ def _pod(running=True, started="2026-01-01T00:00:00Z", gate=None):
     return warmup.server_pod(body)
 
 
-WARM = parse_report(b'{"loaded": true, "captured": 2, "hot_set": 2, "coverage": 1.0}')
-COLD = parse_report(b'{"loaded": true, "captured": 1, "hot_set": 2, "coverage": 0.5}')
+WARM = WarmupReport(loaded=True, hot_set=2, hot_set_captured=2)
+COLD = WarmupReport(loaded=True, hot_set=2, hot_set_captured=1)
 TRUE_GATE = {"status": "True", "reason": "GraphsCaptured",
              "lastTransitionTime": "2026-01-01T00:05:00Z"}
 
@@ -141,6 +99,11 @@ def test_merge_keeps_transition_time_and_lists_transitions():
 
 
 def test_invalid_conditions():
-    conds = _by_type(status.invalid_conditions("InvalidAutoscaling", "min > max", 4))
-    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "InvalidAutoscaling"
-    assert conds["GraphsWarm"]["status"] == "Unknown"
+    conds = status.invalid_conditions("ModelVolumeNotFound", "no PVC", 4)
+    by_type = _by_type(conds)
+    assert by_type["Ready"]["status"] == "False"
+    assert by_type["Ready"]["reason"] == "ModelVolumeNotFound"
+    assert by_type["GraphsWarm"]["status"] == "Unknown"
+    assert status.spec_not_applied(conds)
+    assert not status.spec_not_applied(status.healthy_conditions(_seen(), 4))
+    assert not status.spec_not_applied(None)

@@ -21,7 +21,7 @@ import transformers  # noqa: E402
 
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
-from hedgerow.engine.gpu_settings import GpuSettings  # noqa: E402
+from hedgerow.gpu_settings import GpuSettings  # noqa: E402
 from hedgerow.engine.pooling import postprocess  # noqa: E402
 from hedgerow.server.convert import decode_embeddings  # noqa: E402
 from hedgerow.wire import embed_pb2_grpc  # noqa: E402
@@ -58,7 +58,7 @@ def server(start_server, model_dir):
 @pytest.fixture(scope="module")
 def engine(model_dir):
     settings = GpuSettings(graph_max_tokens=1024, graph_max_seqs=8,
-                           graph_seq_buckets=("1", "2", "4", "8"), graph_hot_set=())
+                           graph_seq_buckets=(1, 2, 4, 8), graph_hot_set=())
     return Engine.load(model_dir, device="cuda", dtype="bfloat16", gpu_settings=settings)
 
 

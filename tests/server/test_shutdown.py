@@ -139,7 +139,8 @@ def test_health_is_not_serving_until_the_model_is_loaded():
     assert embed_error.code() == grpc.StatusCode.UNAVAILABLE
     assert "still loading" in embed_error.details()
     assert info_error.code() == grpc.StatusCode.UNAVAILABLE
-    assert warm_before == {"loaded": False, "serving": False}
+    assert warm_before["loaded"] is False and warm_before["serving"] is False
+    assert "error" not in warm_before
     assert after == SERVING
     assert list(response.shape) == [1, 384]
     assert warm_after["loaded"] is True and warm_after["serving"] is True

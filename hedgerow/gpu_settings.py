@@ -1,14 +1,19 @@
 """The engine's settings for CUDA devices: graphs, bucket grid, hot set, attention, compile.
 
-Kept apart from engine/gpu.py so the server can build its flags and read them without
-importing the CUDA step path (which pulls in torch.compile's machinery at import).
+Plain data in the base package, so the server builds its flags from it without importing the
+CUDA step path (which pulls in torch.compile's machinery), and the operator generates the CRD's
+schema and the server pods' environment from the same definitions. The grid's defaults are
+`GraphGrid`'s own: one definition of the bucket grid.
 """
 
 from dataclasses import dataclass
 
-from hedgerow.engine.graphs import Config, GraphGrid, parse_hot_set
-from hedgerow.errors import ConfigError
+from hedgerow.graph_grid import Config, GraphGrid, parse_hot_set
 from hedgerow.settings import setting
+
+# Both lists are walked by the CRD's CEL rules, whose cost the API server bounds up front.
+MAX_SEQ_BUCKETS = 64
+MAX_HOT_SET = 64
 
 
 @dataclass(frozen=True)
@@ -18,21 +23,24 @@ class GpuSettings:
     graphs: bool = setting(True, "Capture CUDA graphs (off: every step runs eagerly, slower "
                                  "at small batches).")
     graph_max_tokens: int = setting(
-        8192, "Largest token bucket with a graph; bigger batches run eagerly. Buckets are "
-        "multiples of 64 up to 1024, then of 256.", unit="tokens", minimum=64)
-    graph_max_seqs: int = setting(64, "Most sequences in a batch that runs in a graph.",
-                                  unit="sequences", minimum=1)
-    graph_seq_buckets: tuple[str, ...] = setting(
-        ("1", "2", "4", "8", "16", "32", "64"),
-        "Sequence-count buckets (the last must equal --graph-max-seqs); empty means one graph "
-        "per exact count, which multiplies the grid.")
+        GraphGrid.max_tokens, "Largest token bucket with a graph; bigger batches run eagerly. "
+        f"Buckets are multiples of {GraphGrid.small_step} up to {GraphGrid.switch}, then of "
+        f"{GraphGrid.large_step}.", unit="tokens", minimum=GraphGrid.small_step, maximum=1048576)
+    graph_max_seqs: int = setting(GraphGrid.max_seqs,
+                                  "Most sequences in a batch that runs in a graph.",
+                                  unit="sequences", minimum=1, maximum=4096)
+    graph_seq_buckets: tuple[int, ...] = setting(
+        GraphGrid.seq_buckets,
+        "Sequence-count buckets, increasing (the last must equal --graph-max-seqs); empty "
+        "means one graph per exact count, which multiplies the grid.",
+        minimum=1, maximum=4096, max_items=MAX_SEQ_BUCKETS)
     graph_hot_set: tuple[str, ...] = setting(
         ("1x64", "1x128", "1x192", "1x256", "1x384", "1x512"),
         "Configurations SEQSxTOKENS captured before the server reports ready (each costs a "
-        "capture, tens of ms, and graph memory).")
+        "capture, tens of ms, and graph memory).", max_items=MAX_HOT_SET)
     graph_memory_limit_mib: int = setting(
         8192, "Most device memory the graphs and their static buffers may hold; past it, "
-        "configurations stay eager.", unit="MiB", minimum=0)
+        "configurations stay eager.", unit="MiB", minimum=0, maximum=1048576)
     attention_backend: str = setting(
         "auto", "CUDA ragged attention: auto picks per configuration from the measured table.",
         choices=("auto", "varlen", "flash_attn", "sdpa"))
@@ -43,13 +51,8 @@ class GpuSettings:
         "for those models). Batches past the graph grid run uncompiled.")
 
     def grid(self) -> GraphGrid:
-        try:
-            buckets = tuple(int(b) for b in self.graph_seq_buckets)
-        except ValueError:
-            raise ConfigError(f"--graph-seq-buckets {','.join(self.graph_seq_buckets)}: "
-                              "every entry must be an integer") from None
         return GraphGrid(max_tokens=self.graph_max_tokens, max_seqs=self.graph_max_seqs,
-                         seq_buckets=buckets)
+                         seq_buckets=self.graph_seq_buckets)
 
     def hot_set(self) -> list[Config]:
         """The hot-set configurations on this grid (raises ConfigError naming a bad entry)."""

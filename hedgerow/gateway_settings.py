@@ -1,0 +1,129 @@
+"""The gateway's one settings object: every field is a flag and a `HEDGEROW_...` variable.
+
+Owns what the gateway is told at start: where it listens, where the servers are, which
+tokenizer and templates to use, and the limits it enforces. It knows nothing about how those
+values are used; `hedgerow gateway` loads it once at start. It lives in the base package,
+importable without FastAPI or gRPC, because the operator generates the CRD's schema and the
+gateway pods' environment from these same definitions.
+"""
+
+import dataclasses
+from pathlib import Path
+
+from hedgerow.errors import ConfigError
+from hedgerow.settings import setting
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewaySettings:
+    host: str = setting("127.0.0.1", "Address the HTTP API listens on.")
+    port: int = setting(8080, "Port the HTTP API listens on.", minimum=1, maximum=65535)
+    servers: tuple[str, ...] = setting(
+        (),
+        "Static list of embedding servers as host:port,host:port. Use this or --service-dns.",
+    )
+    service_dns: str | None = setting(
+        None,
+        "A headless Service name and gRPC port (name:port); every address it resolves to is "
+        "a server. Re-resolved every --dns-interval seconds; a failed lookup keeps the last "
+        "known set.",
+    )
+    dns_interval: float = setting(
+        10.0, "How often --service-dns is re-resolved.", unit="seconds", minimum=0.1
+    )
+    model: Path | None = setting(
+        None,
+        "Model directory whose tokenizer.json (and config files) the gateway uses. "
+        "Unset uses the packaged all-MiniLM-L6-v2.",
+    )
+    served_model_name: str | None = setting(
+        None,
+        "The `model` name clients send and /v1/models lists. Unset: the model directory's "
+        "name, its parent's for a folder named `model` (all-MiniLM-L6-v2 for the packaged "
+        "model), as in the server's Info.",
+    )
+    chunk_tokens: int = setting(
+        2048,
+        "Token budget of one chunk sent to one server. Smaller balances better across "
+        "servers; larger costs fewer messages and keeps each GPU batch saturated. Capped by "
+        "the server's own request-token limit (from its Info).",
+        unit="tokens",
+        minimum=1,
+    )
+    max_body_bytes: int = setting(
+        16 * 1024 * 1024,
+        "Largest request body accepted; larger gets 413 before any parsing.",
+        unit="bytes",
+        minimum=1,
+    )
+    max_inputs: int = setting(2048, "Most inputs in one request (400 past it).", unit="inputs",
+                              minimum=1)
+    max_request_tokens: int = setting(
+        300_000, "Most tokens in one request, after templates (400 past it).", unit="tokens",
+        minimum=1
+    )
+    truncate: bool = setting(
+        False,
+        "Truncate inputs longer than the model's limit instead of answering 400.",
+    )
+    query_template: str | None = setting(
+        None,
+        "Prefix for input_type=query; \"\" for none. Unset: the model's prompts "
+        "(config_sentence_transformers.json) or the server's Info templates.",
+        literal=True,
+    )
+    document_template: str | None = setting(
+        None,
+        "Prefix for input_type=document; \"\" for none. Unset: the model's prompts or the "
+        "server's Info.",
+        literal=True,
+    )
+    api_keys_file: Path | None = setting(
+        None,
+        "File with one accepted API key per line (blank lines and # comments ignored). "
+        "With no keys configured, the API is open.",
+    )
+    api_keys: tuple[str, ...] = setting(
+        (), "Accepted API keys, comma separated (prefer --api-keys-file).", secret=True
+    )
+    request_timeout: float = setting(
+        60.0,
+        "Longest a request may take end to end; a client's X-Request-Timeout header may "
+        "shorten it. The remainder is the gRPC deadline of each chunk.",
+        unit="seconds",
+        minimum=0.001, maximum=86_400,
+    )
+    health_interval: float = setting(
+        1.0,
+        "Delay before re-watching a server whose health stream broke, between Info attempts, "
+        "and between health polls of a server without Watch.",
+        unit="seconds",
+        minimum=0.05,
+    )
+    tokenizer_threads: int = setting(
+        2, "Threads that tokenize, off the event loop.", unit="threads", minimum=1
+    )
+    log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
+
+    def __post_init__(self) -> None:
+        if self.servers and self.service_dns:
+            raise ConfigError("give either --servers or --service-dns, not both")
+        if not self.servers and not self.service_dns:
+            raise ConfigError(
+                "no servers: pass --servers host:port[,host:port...] or --service-dns NAME:PORT"
+            )
+        for address in self.servers:
+            parse_address(address, "--servers")
+        if self.service_dns:
+            parse_address(self.service_dns, "--service-dns")
+
+
+def parse_address(address: str, source: str) -> tuple[str, int]:
+    """Split `host:port` (IPv6 as `[::1]:50051`); raise ConfigError naming `source`."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{source}: {address!r} is not host:port")
+    return host, int(port)

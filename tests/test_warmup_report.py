@@ -1,0 +1,87 @@
+"""The /warmup contract: one definition of "warm", the body a server answers with, and the
+parser the operator reads it with (hedgerow.warmup_report); then the server's side of it
+(server/state.py) on a loading and a loaded engine."""
+
+import json
+import types
+
+import pytest
+
+from hedgerow.warmup_report import (
+    WarmupReport, WarmupReportError, from_engine, hot_set_coverage, parse_report,
+)
+
+
+def _round_trip(report: WarmupReport, **details) -> WarmupReport:
+    return parse_report(json.dumps(report.body(details)).encode())
+
+
+@pytest.mark.parametrize("report, warm", [
+    (WarmupReport(loaded=False, hot_set=4), False),
+    (WarmupReport(loaded=True, hot_set=4, hot_set_captured=3), False),
+    (WarmupReport(loaded=True, hot_set=4, hot_set_captured=4), True),
+    (WarmupReport(loaded=True), True),  # no hot set: nothing to wait for
+    # Over the graph memory limit (or a failed capture) those shapes run eagerly and the server
+    # serves; waiting for full coverage would keep the pod out of traffic for good.
+    (WarmupReport(loaded=True, serving=True, hot_set=4, hot_set_captured=2), True),
+    (WarmupReport(loaded=False, error="no config.json"), False),
+])
+def test_warm_is_one_rule_and_survives_the_wire(report, warm):
+    assert report.warm is warm
+    parsed = _round_trip(report, steps=40, graph_memory_bytes=1)
+    assert parsed == report and parsed.warm is warm
+
+
+def test_the_body_carries_details_for_people_and_the_contract_wins():
+    body = WarmupReport(loaded=True, hot_set=4, hot_set_captured=1).body(
+        {"loaded": False, "coverage": 9, "steps": 3})
+    assert body["loaded"] is True and body["coverage"] == 0.25 and body["steps"] == 3
+    assert "error" not in body
+    assert hot_set_coverage(0, 0) == 1.0
+
+
+def test_descriptions():
+    assert WarmupReport(loaded=True, hot_set=4, hot_set_captured=3).describe() == \
+        "3/4 hot graphs captured (coverage 0.75)"
+    partial = WarmupReport(loaded=True, serving=True, hot_set=4, hot_set_captured=2).describe()
+    assert "2 run eagerly (graph memory limit or a failed capture" in partial
+    assert WarmupReport(loaded=False).describe() == "model loading"
+    assert "no config.json" in WarmupReport(loaded=False, error="no config.json").describe()
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    (b"<html>", "not JSON"),
+    (b"[1]", "not a JSON object"),
+    (b'{"captured": 1}', "lacks the field 'loaded'"),
+    (b'{"loaded": "yes"}', "'loaded' is not a boolean"),
+    (b'{"loaded": true, "captured": "many"}', "'captured' is not a count"),
+    (b'{"loaded": true, "hot_set": Infinity}', "'hot_set' is not a count"),
+    (b'{"loaded": true, "hot_set_captured": -1}', "'hot_set_captured' is not a count"),
+    (b'{"loaded": true, "serving": "yes"}', "'serving' is not a boolean"),
+])
+def test_malformed_reports_are_rejected(raw, fragment):
+    with pytest.raises(WarmupReportError, match=fragment):
+        parse_report(raw)
+
+
+def test_an_engines_counts_make_the_report():
+    engine = {"loaded": True, "hot_set": 6, "hot_set_captured": 6, "captured": 9}
+    assert from_engine(engine, serving=False) == WarmupReport(
+        loaded=True, hot_set=6, hot_set_captured=6, captured=9)
+    assert from_engine({}, serving=True).warm  # the CPU engine: no graphs
+
+
+def test_the_servers_warmup_body_follows_the_contract():
+    from hedgerow.server.state import ServerState, warmup_report, warmup_status
+
+    state = ServerState(settings=None, metrics=None, load_error="no config.json")
+    assert warmup_report(state) == WarmupReport(loaded=False, error="no config.json")
+    engine = types.SimpleNamespace(warmup_report=lambda: {
+        "hot_set": 2, "hot_set_captured": 1, "captured": 5, "graph_memory_bytes": 7})
+    loop = types.SimpleNamespace(steps=3, shapes={(1, 64)})
+    state = ServerState(settings=None, metrics=None, engine=engine, loop=loop, serving=True)
+    body = warmup_status(state)
+    assert parse_report(json.dumps(body).encode()) == WarmupReport(
+        loaded=True, serving=True, hot_set=2, hot_set_captured=1, captured=5)
+    assert body["steps"] == 3 and body["step_shapes_seen"] == 1
+    assert body["graph_memory_bytes"] == 7 and body["coverage"] == 0.5
