@@ -1,8 +1,10 @@
 """`hedgerow gateway`: the HTTP gateway in front of one or more embedding servers.
 
-Owns start-up: read the settings once, load the tokenizer and the model card, bind the port
-(a clear error when it is taken), and run the app on uvicorn with uvloop and httptools when
-they are installed. Uvicorn stops it cleanly on SIGINT/SIGTERM.
+Owns start-up: read the settings once, check the tokenizer and the model card load, bind the
+port (a clear error when it is taken), and serve it with uvicorn (httptools, uvloop) in
+`--workers` processes that share the socket; each worker builds its own app. With more than one
+worker, the workers' metrics go through a shared directory (gateway/metrics.py). SIGINT and
+SIGTERM stop it cleanly with status 0.
 """
 
 import argparse
@@ -10,41 +12,52 @@ import contextlib
 import errno
 import importlib.util
 import logging
+import os
+import shutil
 import signal
 import socket
+import tempfile
 from typing import Iterator
-
-import uvicorn
 
 from hedgerow import logs, settings
 from hedgerow.addresses import check_resolves, host_port
 from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError
-from hedgerow.gateway.app import create_app
-from hedgerow.gateway.auth import ApiKeys, load_keys
-from hedgerow.gateway.http_errors import MALFORMED_HTTP
-from hedgerow.gateway.model_card import load_card
 from hedgerow.gateway.settings import GatewaySettings
-from hedgerow.gateway.tokenizer import TextTokenizer
+from hedgerow.gateway.workers import MULTIPROCESS_DIR, run_workers
 
 HELP = "Run the OpenAI-compatible HTTP gateway: tokenize, chunk and route to servers."
 
 log = logging.getLogger("hedgerow.gateway")
+
+# Longest a stop waits for requests already admitted (a stalled upload is not waited for).
+GRACEFUL_STOP_S = 10
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     settings.add_arguments(parser, GatewaySettings)
 
 
-def build_app(config: GatewaySettings):
-    """The app for `config`: tokenizer, model card and API keys loaded, nothing started."""
+def load_parts(config: GatewaySettings):
+    """(model card, tokenizer, API keys) for `config`; a bad model directory, template or key
+    file raises here with its reason."""
+    from hedgerow.gateway.auth import ApiKeys, load_keys
+    from hedgerow.gateway.model_card import load_card
+    from hedgerow.gateway.tokenizer import TextTokenizer
+
     model_dir = config.model or default_model_path()
     name = config.served_model_name or model_name(model_dir)
     card = load_card(model_dir, name=name, query_template=config.query_template,
                      document_template=config.document_template)
     tokenizer = TextTokenizer(model_dir, threads=config.tokenizer_threads)
-    keys = ApiKeys(load_keys(config.api_keys, config.api_keys_file))
-    return create_app(config, card, tokenizer, keys)
+    return card, tokenizer, ApiKeys(load_keys(config.api_keys, config.api_keys_file))
+
+
+def build_app(config: GatewaySettings):
+    """The app for `config`: tokenizer, model card and API keys loaded, nothing started."""
+    from hedgerow.gateway.app import create_app
+
+    return create_app(config, *load_parts(config))
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -65,49 +78,46 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def openai_shaped_400(protocol: type) -> type:
-    """uvicorn's HTTP protocol class `protocol`, answering a request its parser refuses before
-    the app sees it in OpenAI's error shape (uvicorn answers plain text)."""
-
-    class Protocol(protocol):
-        def send_400_response(self, msg: str) -> None:
-            head = [b"HTTP/1.1 400 Bad Request\r\n"]
-            head += [name + b": " + value + b"\r\n"
-                     for name, value in self.server_state.default_headers]
-            head += [b"content-type: application/json\r\n",
-                     b"content-length: %d\r\n" % len(MALFORMED_HTTP),
-                     b"connection: close\r\n\r\n"]
-            self.transport.write(b"".join(head) + MALFORMED_HTTP)
-            self.transport.close()
-
-    return Protocol
+def worker_count(config: GatewaySettings) -> int:
+    return config.workers or len(os.sched_getaffinity(0))
 
 
-def http_protocol() -> type:
-    """httptools when installed (faster), else h11; either with OpenAI-shaped parse errors."""
-    if importlib.util.find_spec("httptools"):
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
-    else:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol
-    return openai_shaped_400(protocol)
+def serve_one(config: GatewaySettings, sock: socket.socket) -> int:
+    """One worker: build the app and serve `sock` until SIGINT or SIGTERM; returns 0."""
+    import uvicorn
 
+    from hedgerow.gateway.protocol import protocol_class
 
-class Server(uvicorn.Server):
-    """Uvicorn's server, except that a stop by SIGINT or SIGTERM is a clean exit (status 0).
+    class Server(uvicorn.Server):
+        """Uvicorn's server, except that a stop by SIGINT or SIGTERM is a clean exit: uvicorn
+        re-raises the captured signal after its graceful shutdown, which makes the process die
+        by that signal; a supervisor (`hedgerow serve`, Kubernetes) should see a clean exit."""
 
-    Uvicorn re-raises the captured signal after its graceful shutdown, which makes the process
-    die by that signal; a supervisor (`hedgerow serve`, Kubernetes) should see a clean exit.
-    """
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = {sig: signal.signal(sig, self.handle_exit)
+                        for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        previous = {sig: signal.signal(sig, self.handle_exit)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    server = Server(uvicorn.Config(
+        build_app(config),
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        http=protocol_class(config.head_timeout),
+        log_config=None,
+        log_level=config.log_level,
+        access_log=False,
+        timeout_keep_alive=config.keep_alive_timeout,
+        limit_concurrency=config.max_connections,
+        proxy_headers=False,  # the gateway reads no client address
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_STOP_S,
+    ))
+    server.run(sockets=[sock])
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,18 +126,27 @@ def run(args: argparse.Namespace) -> int:
     log.info("%s", logs.fields(event="gateway.settings", **{
         k: ",".join(v) if isinstance(v, tuple) else v
         for k, v in settings.describe(config).items()}))
-    app = build_app(config)
+    _, tokenizer, _ = load_parts(config)  # fails here, once, before any worker starts
+    tokenizer.close()
     sock = listen(config.host, config.port)
-    server = Server(uvicorn.Config(
-        app,
-        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http=http_protocol(),
-        log_config=None,
-        log_level=config.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-    ))
-    log.info("%s", logs.fields(event="gateway.listening",
+    workers = worker_count(config)
+    log.info("%s", logs.fields(event="gateway.listening", workers=workers,
                                url=f"http://{host_port(config.host, config.port)}"))
-    server.run(sockets=[sock])
-    return 0
+    if workers == 1:
+        return serve_one(config, sock)
+    # Workers share their metrics through files; prometheus-client reads this variable once,
+    # when it is imported, which happens in the workers (nothing here has imported it).
+    shared = tempfile.mkdtemp(prefix="hedgerow-gateway-metrics-")
+    os.environ[MULTIPROCESS_DIR] = shared
+    try:
+        return run_workers(workers, lambda: serve_one(config, sock), on_reaped=_dead(shared))
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _dead(shared: str):
+    def reaped(pid: int) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, shared)
+    return reaped

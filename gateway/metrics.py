@@ -1,16 +1,29 @@
 """The gateway's Prometheus metrics, in a registry owned by one app (no global state).
 
 Owns the metric names and labels: tokens embedded, request latency by route and status,
-tokenization time, in-flight tokens and chunks per replica, ready replicas, and retries.
-Knows nothing about how requests are handled; callers record.
+tokenization time, in-flight tokens and chunks per replica, ready replicas, and retries. With
+several worker processes (`--workers`), each worker writes its samples to files in a shared
+directory (prometheus-client's multiprocess mode, switched on by PROMETHEUS_MULTIPROC_DIR in
+the workers' environment, which `hedgerow gateway` sets) and /metrics, answered by any worker,
+adds them up: counters and histograms sum, in-flight gauges sum over workers, ready replicas is
+the lowest any worker sees. Knows nothing about how requests are handled; callers record.
 """
+
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from hedgerow.gateway.workers import MULTIPROCESS_DIR
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 TOKENIZE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                     0.5, 1, 2.5)
+
+
+def multiprocess() -> bool:
+    """True in a worker of a multi-worker gateway (see the module docstring)."""
+    return bool(os.environ.get(MULTIPROCESS_DIR))
 
 
 class GatewayMetrics:
@@ -25,22 +38,37 @@ class GatewayMetrics:
         self.inputs = Counter(
             "hedgerow_inputs", "Inputs (sequences) embedded.", registry=r)
         self.request_seconds = Histogram(
-            "hedgerow_request_seconds", "HTTP request latency, by route and status.",
+            "hedgerow_request_seconds",
+            "HTTP request latency, by route and status (499: the client went away).",
             ("route", "status"), buckets=LATENCY_BUCKETS, registry=r)
         self.tokenize_seconds = Histogram(
             "hedgerow_tokenize_seconds", "Time to tokenize one request, queueing included.",
             buckets=TOKENIZE_BUCKETS, registry=r)
         self.in_flight_tokens = Gauge(
             "hedgerow_replica_in_flight_tokens", "Tokens sent to a replica and not yet answered.",
-            ("replica",), registry=r)
+            ("replica",), registry=r, multiprocess_mode="livesum")
         self.chunks = Counter(
             "hedgerow_chunks", "Chunks sent, by replica and outcome.",
             ("replica", "outcome"), registry=r)
         self.retries = Counter(
             "hedgerow_retries", "Chunk retries, by the code of the failure that caused each.",
             ("code",), registry=r)
+        self.refused = Counter(
+            "hedgerow_admission_refused",
+            "Requests answered 429 at once because their estimated wait for the servers was "
+            "past --max-queue-seconds or their deadline.", registry=r)
         self.ready_replicas = Gauge(
-            "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r)
+            "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r,
+            multiprocess_mode="livemin")
+        self._latency: dict[tuple[str, int], Histogram] = {}
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """One HTTP request's latency (its labelled child looked up once per pair)."""
+        child = self._latency.get((route, status))
+        if child is None:
+            child = self._latency[(route, status)] = self.request_seconds.labels(
+                route, str(status))
+        child.observe(seconds)
 
     def forget_replica(self, address: str) -> None:
         """Drop a departed replica's series: pod addresses churn, and each one's series would
@@ -49,4 +77,10 @@ class GatewayMetrics:
             metric.remove_by_labels({"replica": address})
 
     def render(self) -> bytes:
+        if multiprocess():
+            from prometheus_client import multiprocess as prometheus_multiprocess
+
+            registry = CollectorRegistry()
+            prometheus_multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)

@@ -16,11 +16,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
-
 from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import RequestError
-from hedgerow.gateway.schema import check_text, kind
+from hedgerow.gateway.schema import (
+    check_text, json_object, kind, optional_bool, optional_int, optional_str, required,
+)
 from hedgerow.gateway.service import EmbeddingService
 from hedgerow.gateway.tokenizer import Sequences
 
@@ -29,16 +29,23 @@ DOCUMENT_SHAPES = 'a list of strings or of objects {"text": string}'
 _UNLIMITED = 2**31 - 1
 
 
-class RerankRequest(BaseModel):
-    """POST /v1/rerank. Unknown fields (Cohere's rank_fields, Jina's extras) are ignored."""
+@dataclasses.dataclass(frozen=True)
+class RerankRequest:
+    """POST /v1/rerank. Unknown fields (Cohere's rank_fields, Jina's extras) are ignored;
+    `model` may be left out (the served model)."""
 
-    model_config = ConfigDict(extra="ignore")
-
-    model: StrictStr
+    model: str | None
     query: Any
     documents: Any
-    top_n: StrictInt | None = None
-    return_documents: StrictBool = False
+    top_n: int | None
+    return_documents: bool
+
+    @classmethod
+    def parse(cls, body: Any) -> "RerankRequest":
+        body = json_object(body)
+        return cls(model=optional_str(body, "model"), query=required(body, "query"),
+                   documents=required(body, "documents"), top_n=optional_int(body, "top_n"),
+                   return_documents=optional_bool(body, "return_documents", False))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,47 +1,113 @@
 """The OpenAI embeddings API's request and response shapes, parsed and built without I/O.
 
-Owns what a valid request looks like (`EmbeddingsRequest`, `TokenizeRequest`), turning the
-polymorphic `input` field into either texts or token-id sequences with a specific message for
-every malformed case, and encoding responses (float lists or base64 of little-endian float32,
-as OpenAI does). Knows nothing about servers, tokenizers or HTTP status codes: problems are
-raised as RequestError (or pydantic's ValidationError, translated with the others).
+Owns what a valid request looks like (`EmbeddingsRequest`, `TokenizeRequest`, and the field
+readers other request shapes share), turning the polymorphic `input` field into either texts or
+token-id sequences with a specific message for every malformed case, and encoding responses
+(float lists or base64 of little-endian float32, as OpenAI does). Knows nothing about servers,
+tokenizers or HTTP status codes: problems are raised as RequestError. Unknown fields are
+ignored, as OpenAI's clients add their own; `model` may be left out (the served model).
 """
 
 import base64
 import dataclasses
 import json
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
 from hedgerow.gateway.errors import RequestError
 
 INPUT_SHAPES = "a string, a list of strings, a list of token ids or a list of token-id lists"
+INPUT_TYPES = ("query", "document")
+_MISSING = object()
 
 
-class EmbeddingsRequest(BaseModel):
-    """POST /v1/embeddings. Unknown fields are ignored, as OpenAI's clients add their own."""
+def json_object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise RequestError("request body: must be a JSON object", code="invalid_value")
+    return body
 
-    model_config = ConfigDict(extra="ignore")
+
+def _problem(name: str, what: str, value: Any = _MISSING, code: str = "invalid_value"
+             ) -> RequestError:
+    message = f"{name}: {what}"
+    if value is not _MISSING:
+        message += f" (got {json.dumps(value, default=str)[:60]})"
+    return RequestError(message, param=name, code=code)
+
+
+def required(body: dict, name: str) -> Any:
+    value = body.get(name, _MISSING)
+    if value is _MISSING:
+        raise _problem(name, "field required", code="missing_field")
+    return value
+
+
+def optional_str(body: dict, name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _problem(name, "must be a valid string", value)
+    return value
+
+
+def optional_int(body: dict, name: str) -> int | None:
+    value = body.get(name)
+    if value is not None and (type(value) is not int):  # bool is an int and is no count
+        raise _problem(name, "must be a valid integer", value)
+    return value
+
+
+def optional_bool(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _problem(name, "must be a valid boolean", value)
+    return value
+
+
+def optional_choice(body: dict, name: str, choices: tuple[str, ...]) -> str | None:
+    value = body.get(name)
+    if value is not None and value not in choices:
+        options = " or ".join(f"'{choice}'" for choice in choices)
+        raise _problem(name, f"must be {options}", value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingsRequest:
+    """POST /v1/embeddings."""
 
     input: Any
-    model: StrictStr
-    encoding_format: Literal["float", "base64"] | None = None
-    dimensions: StrictInt | None = None
-    user: Any = None  # accepted and ignored
-    input_type: Literal["query", "document"] | None = None
+    model: str | None
+    encoding_format: str       # float | base64
+    dimensions: int | None
+    input_type: str | None     # query | document
+
+    @classmethod
+    def parse(cls, body: Any) -> "EmbeddingsRequest":
+        body = json_object(body)
+        return cls(input=required(body, "input"), model=optional_str(body, "model"),
+                   encoding_format=optional_choice(body, "encoding_format",
+                                                   ("float", "base64")) or "float",
+                   dimensions=optional_int(body, "dimensions"),
+                   input_type=optional_choice(body, "input_type", INPUT_TYPES))
 
 
-class TokenizeRequest(BaseModel):
+@dataclasses.dataclass(frozen=True)
+class TokenizeRequest:
     """POST /tokenize: the same input forms and templates as /v1/embeddings."""
 
-    model_config = ConfigDict(extra="ignore")
-
     input: Any
-    model: StrictStr | None = None
-    input_type: Literal["query", "document"] | None = None
+    model: str | None
+    input_type: str | None
+
+    @classmethod
+    def parse(cls, body: Any) -> "TokenizeRequest":
+        body = json_object(body)
+        return cls(input=required(body, "input"), model=optional_str(body, "model"),
+                   input_type=optional_choice(body, "input_type", INPUT_TYPES))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,8 +104,10 @@ class TextTokenizer:
         if template:
             texts = [template + text for text in texts]
         tokenizer = self._truncating_tokenizer(max_tokens) if truncate else self._plain
-        encodings = tokenizer.encode_batch_fast(texts)  # no offsets: ids are all we need
-        ids = [encoding.ids for encoding in encodings]
+        if len(texts) == 1:  # a batch call hands even one text to a thread pool and back
+            ids = [tokenizer.encode(texts[0]).ids]
+        else:
+            ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
         sequences = Sequences.from_lists(ids)
         if not truncate:
             over = np.flatnonzero(sequences.lengths > max_tokens)

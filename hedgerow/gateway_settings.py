@@ -3,7 +3,7 @@
 Owns what the gateway is told at start: where it listens, where the servers are, which
 tokenizer and templates to use, and the limits it enforces. It knows nothing about how those
 values are used; `hedgerow gateway` loads it once at start. It lives in the base package,
-importable without FastAPI or gRPC, because the operator generates the CRD's schema and the
+importable without uvicorn or gRPC, because the operator generates the CRD's schema and the
 gateway pods' environment from these same definitions.
 """
 
@@ -103,7 +103,43 @@ class GatewaySettings:
         minimum=0.05,
     )
     tokenizer_threads: int = setting(
-        2, "Threads that tokenize, off the event loop.", unit="threads", minimum=1
+        2, "Threads that tokenize, off the event loop (per worker).", unit="threads",
+        minimum=1
+    )
+    workers: int = setting(
+        0,
+        "Worker processes sharing the port, each with its own event loop, tokenizer and "
+        "channels to every server. 0 takes one per core this process may run on.",
+        unit="processes", minimum=0, maximum=256,
+    )
+    max_connections: int = setting(
+        1024,
+        "Open client connections one worker holds; a request arriving past it gets 503 at once.",
+        unit="connections", minimum=1,
+    )
+    head_timeout: float = setting(
+        10.0,
+        "A request's headers (and a new connection's first bytes) must arrive within this, "
+        "else the connection gets 408 and is closed.",
+        unit="seconds", minimum=0.1, maximum=3600,
+    )
+    body_timeout: float = setting(
+        30.0,
+        "A request's body must arrive within this from its headers, else 408.",
+        unit="seconds", minimum=0.1, maximum=3600,
+    )
+    keep_alive_timeout: float = setting(
+        5.0,
+        "An idle keep-alive connection is closed after this.",
+        unit="seconds", minimum=0.1, maximum=3600,
+    )
+    max_queue_seconds: float = setting(
+        10.0,
+        "Admission: a request whose chunks would wait longer than this for the servers (by "
+        "this worker's estimate: tokens it has queued on each server over that server's "
+        "measured throughput), or longer than its own deadline allows, gets 429 at once with a "
+        "Retry-After from the estimate. 0 admits everything and lets requests wait.",
+        unit="seconds", minimum=0, maximum=3600,
     )
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
 

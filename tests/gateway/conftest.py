@@ -18,7 +18,7 @@ from concurrent import futures
 import grpc
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from hedgerow import settings

@@ -378,39 +378,6 @@ def test_a_replica_dropped_mid_call_does_not_get_its_gauge_back():
     assert "10.0.0.9" not in metrics.render().decode()
 
 
-def test_work_for_a_client_that_disconnected_is_cancelled():
-    from hedgerow.gateway.app import ClientGone, while_connected
-
-    class Request:
-        def __init__(self, gone_after):
-            self.polls, self.gone_after = 0, gone_after
-
-        async def is_disconnected(self):
-            self.polls += 1
-            return self.polls >= self.gone_after
-
-    async def main():
-        cancelled = asyncio.Event()
-
-        async def slow_work():
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
-        try:
-            await while_connected(Request(gone_after=2), slow_work())
-        except ClientGone:
-            pass
-        else:
-            raise AssertionError("no ClientGone")
-        assert cancelled.is_set()
-        return await while_connected(Request(gone_after=10**6), asyncio.sleep(0.3, "answer"))
-
-    assert asyncio.run(main()) == "answer"
-
-
 def test_waiters_ahead_keep_what_they_could_use_and_only_that():
     """First come, first served among waiters, except that a retry which excludes a replica
     does not hold that replica back from the chunks behind it."""
