@@ -2,8 +2,9 @@
 
 Owns the routes (`POST /v1/embeddings`, `POST /v1/rerank`, `GET /v1/models`, `POST /tokenize`,
 `GET /healthz`, `GET /readyz`, `GET /metrics`), the API key check, the request deadline and the
-app's lifetime (replica watchers start and stop with it). Request logic lives in `service.py`
-and `rerank.py`, HTTP plumbing in `http.py`, errors are translated in `http_errors.py`.
+gateway's lifetime (`Gateway.start` starts the replica watchers, `stop` ends them). Request
+logic lives in `service.py` and `rerank.py`, HTTP in `http.py` and `protocol.py`, errors are
+translated in `http_errors.py`.
 """
 
 import asyncio
@@ -14,7 +15,7 @@ import types
 from hedgerow.gateway.auth import ApiKeys
 from hedgerow.gateway.chunking import offsets
 from hedgerow.gateway.errors import RequestError
-from hedgerow.gateway.http import HttpApp, Request, Response, json_response
+from hedgerow.gateway.http import HttpApp, Request, Response, json_response, parse_json
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard
 from hedgerow.gateway.replicas import ReplicaSet
@@ -48,9 +49,16 @@ def _seconds(raw: str | None) -> float | None:
     return value if 0 < value < float("inf") else None
 
 
+class Gateway:
+    """The app and its lifetime: `await start()` before serving, `await stop()` after."""
+
+    def __init__(self, app: HttpApp, start, stop) -> None:
+        self.app, self.start, self.stop = app, start, stop
+
+
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,
-               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> HttpApp:
-    """The gateway app; its lifespan starts discovery and health watching."""
+               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> Gateway:
+    """The gateway: its app, and the start and stop of discovery and health watching."""
     metrics = metrics or GatewayMetrics()
     # `service` is bound below, before the lifespan starts the watchers that call this.
     replicas = ReplicaSet(
@@ -74,7 +82,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         await replicas.close()
         tokenizer.close()
 
-    app = HttpApp(metrics.observe_request, start, stop)
+    app = HttpApp(metrics.observe_request)
     app.state = types.SimpleNamespace(service=service, replicas=replicas, metrics=metrics)
 
     def deadline(request: Request) -> float:
@@ -96,14 +104,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             budget = min(budget, client_timeout)
         return asyncio.get_running_loop().time() + budget
 
-    async def body_of(request: Request):
-        """Authorised, then the JSON body under the size and time limits."""
+    def body_of(request: Request):
+        """Authorised, then the JSON body."""
         api_keys.check(request.header(b"authorization"))
-        return await request.json(settings.max_body_bytes, settings.body_timeout)
+        return parse_json(request.body)
 
     @app.route("POST", "/v1/embeddings")
     async def embeddings(request: Request) -> Response:
-        body = EmbeddingsRequest.parse(await body_of(request))
+        body = EmbeddingsRequest.parse(body_of(request))
         result = await service.embed(body.input, model=body.model, dimensions=body.dimensions,
                                      input_type=body.input_type, deadline=deadline(request))
         encode = functools.partial(
@@ -116,14 +124,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
 
     @app.route("POST", "/v1/rerank")
     async def rerank(request: Request) -> Response:
-        body = RerankRequest.parse(await body_of(request))
+        body = RerankRequest.parse(body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(rerank_body(result, model=service.card.name,
                                     return_documents=body.return_documents))
 
     @app.route("POST", "/tokenize")
     async def tokenize(request: Request) -> Response:
-        body = TokenizeRequest.parse(await body_of(request))
+        body = TokenizeRequest.parse(body_of(request))
         service.check_model(body.model)
         sequences = await service.sequences(body.input, body.input_type)
         starts = offsets(sequences.lengths)
@@ -156,4 +164,4 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), content_type=metrics.content_type.encode())
 
-    return app
+    return Gateway(app, start, stop)

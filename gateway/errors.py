@@ -17,14 +17,6 @@ class RequestError(InvalidInputError):
         self.code = code
 
 
-class BodyTooLargeError(RequestError):
-    """The body is larger than --max-body-bytes (413)."""
-
-
-class BodyTimeoutError(RequestError):
-    """The body did not arrive within --body-timeout (408)."""
-
-
 class ModelNotFoundError(RequestError):
     """The request names a model this gateway does not serve (404)."""
 

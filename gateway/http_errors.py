@@ -11,8 +11,6 @@ import orjson
 from hedgerow.errors import HedgerowError, InvalidInputError, NotReadyError, OverloadedError
 from hedgerow.gateway.errors import (
     AuthenticationError,
-    BodyTimeoutError,
-    BodyTooLargeError,
     DeadlineError,
     ModelNotFoundError,
     UpstreamError,
@@ -22,8 +20,6 @@ RETRY_AFTER_S = 1
 
 # Most specific first: the first class an error is an instance of decides.
 _STATUS: tuple[tuple[type[HedgerowError], int, str, str | None], ...] = (
-    (BodyTooLargeError, 413, "invalid_request_error", "body_too_large"),
-    (BodyTimeoutError, 408, "invalid_request_error", "request_timeout"),
     (ModelNotFoundError, 404, "invalid_request_error", "model_not_found"),
     (AuthenticationError, 401, "invalid_request_error", "invalid_api_key"),
     (InvalidInputError, 400, "invalid_request_error", None),
@@ -50,12 +46,9 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
                                    "code": code}})
 
 
-MALFORMED_HTTP = error_body(
-    "the HTTP request is malformed (its framing or headers, e.g. a Content-Length that is not "
-    "a number, cannot be parsed)", "invalid_request_error", None, "malformed_http")
-REQUEST_TIMEOUT = error_body(
-    "the request's headers did not arrive in time (--head-timeout)", "invalid_request_error",
-    None, "request_timeout")
+# The codes of the answers the connection protocol makes itself, by status.
+PROTOCOL_CODES = {400: "malformed_http", 408: "request_timeout", 413: "body_too_large",
+                  431: "head_too_large", 503: "too_many_connections"}
 
 
 Answer = tuple[int, bytes, tuple[tuple[bytes, bytes], ...]]  # status, body, extra headers
@@ -76,8 +69,6 @@ def answer_for(error: HedgerowError) -> Answer:
         headers = ((b"retry-after", b"%d" % max(1, math.ceil(retry))),)
     elif status == 401:
         headers = ((b"www-authenticate", b"Bearer"),)
-    elif status == 408:
-        headers = ((b"connection", b"close"),)
     return status, error_body(str(error), type_, param, code), headers
 
 

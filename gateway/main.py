@@ -1,23 +1,21 @@
 """`hedgerow gateway`: the HTTP gateway in front of one or more embedding servers.
 
 Owns start-up: read the settings once, check the tokenizer and the model card load, bind the
-port (a clear error when it is taken), and serve it with uvicorn (httptools, uvloop) in
+port (a clear error when it is taken), and serve it (gateway/protocol.py, on uvloop) in
 `--workers` processes that share the socket; each worker builds its own app. With more than one
 worker, the workers' metrics go through a shared directory (gateway/metrics.py). SIGINT and
-SIGTERM stop it cleanly with status 0.
+SIGTERM stop it cleanly with status 0: requests already read are answered within the grace.
 """
 
 import argparse
-import contextlib
+import asyncio
 import errno
-import importlib.util
 import logging
 import os
 import shutil
 import signal
 import socket
 import tempfile
-from typing import Iterator
 
 from hedgerow import logs, settings
 from hedgerow.addresses import check_resolves, host_port
@@ -84,40 +82,38 @@ def worker_count(config: GatewaySettings) -> int:
 
 def serve_one(config: GatewaySettings, sock: socket.socket) -> int:
     """One worker: build the app and serve `sock` until SIGINT or SIGTERM; returns 0."""
-    import uvicorn
+    from hedgerow.gateway.protocol import HttpServer, Limits
 
-    from hedgerow.gateway.protocol import protocol_class
+    gateway = build_app(config)
+    limits = Limits(head_timeout=config.head_timeout, body_timeout=config.body_timeout,
+                    keep_alive_timeout=config.keep_alive_timeout,
+                    max_body_bytes=config.max_body_bytes,
+                    max_connections=config.max_connections)
 
-    class Server(uvicorn.Server):
-        """Uvicorn's server, except that a stop by SIGINT or SIGTERM is a clean exit: uvicorn
-        re-raises the captured signal after its graceful shutdown, which makes the process die
-        by that signal; a supervisor (`hedgerow serve`, Kubernetes) should see a clean exit."""
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await gateway.start()
+        server = HttpServer(gateway.app.handle, limits, gateway.app.refusal)
+        await server.start(sock)
+        await stop.wait()
+        await server.stop(GRACEFUL_STOP_S)
+        await gateway.stop()
+        return 0
 
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            previous = {sig: signal.signal(sig, self.handle_exit)
-                        for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(main())
 
-    server = Server(uvicorn.Config(
-        build_app(config),
-        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http=protocol_class(config.head_timeout),
-        log_config=None,
-        log_level=config.log_level,
-        access_log=False,
-        timeout_keep_alive=config.keep_alive_timeout,
-        limit_concurrency=config.max_connections,
-        proxy_headers=False,  # the gateway reads no client address
-        server_header=False,
-        timeout_graceful_shutdown=GRACEFUL_STOP_S,
-    ))
-    server.run(sockets=[sock])
-    return 0
+
+def _loop_factory():
+    """uvloop's event loop when it is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,19 +11,22 @@ Score ranks documents by the cosine of those rows with the query's (float64, rou
 score descending then lower index, as the real server orders them.
 """
 
+import asyncio
+import socket
 import threading
 import time
 from concurrent import futures
 
 import grpc
+import httpx
 import numpy as np
 import pytest
-from starlette.testclient import TestClient
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from hedgerow import settings
 from hedgerow.commands.serve import server_serving
 from hedgerow.gateway.main import build_app
+from hedgerow.gateway.protocol import HttpServer, Limits
 from hedgerow.gateway.settings import GatewaySettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
@@ -150,7 +153,49 @@ def make_settings(**overrides) -> GatewaySettings:
     return settings.load(GatewaySettings, None, environ)
 
 
-def wait_ready(client: TestClient, replicas: int, timeout: float = 10.0) -> None:
+class LiveGateway:
+    """The gateway for `config`, served by its real HTTP server on a loopback port from a thread
+    with its own event loop (as one worker of `hedgerow gateway` runs it); `client` is an
+    httpx.Client for it, with the app reachable as `client.app`."""
+
+    def __init__(self, config) -> None:
+        self.gateway = build_app(config)
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        started = threading.Event()
+        limits = Limits(head_timeout=config.head_timeout, body_timeout=config.body_timeout,
+                        keep_alive_timeout=config.keep_alive_timeout,
+                        max_body_bytes=config.max_body_bytes,
+                        max_connections=config.max_connections)
+
+        async def serve() -> None:
+            self._stop = asyncio.Event()
+            await self.gateway.start()
+            server = HttpServer(self.gateway.app.handle, limits, self.gateway.app.refusal)
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", self.port))
+            sock.listen(128)
+            await server.start(sock)
+            started.set()
+            await self._stop.wait()
+            await server.stop(5.0)
+            await self.gateway.stop()
+
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(serve(),),
+                                        daemon=True)
+        self._thread.start()
+        assert started.wait(30), "the gateway did not start"
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+        self.client.app = self.gateway.app
+
+    def close(self) -> None:
+        self.client.close()
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+def wait_ready(client, replicas: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         answer = client.get("/readyz")
@@ -162,24 +207,23 @@ def wait_ready(client: TestClient, replicas: int, timeout: float = 10.0) -> None
 
 @pytest.fixture
 def gateway_factory(standins):
-    """Build a gateway (TestClient, lifespan running) over the stand-ins with settings."""
-    clients = []
+    """Build a gateway (served, watchers running) over the stand-ins with settings; returns an
+    httpx.Client for it."""
+    gateways = []
 
-    def make(servers=None, ready=None, **overrides) -> TestClient:
+    def make(servers=None, ready=None, **overrides) -> httpx.Client:
         servers = [s.address for s in standins] if servers is None else servers
         overrides.setdefault("health_interval", 0.05)
-        app = build_app(make_settings(servers=servers, **overrides))
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
+        live = LiveGateway(make_settings(servers=servers, **overrides))
+        gateways.append(live)
         ready = len(servers) if ready is None else ready
         if ready:
-            wait_ready(client, ready)
-        return client
+            wait_ready(live.client, ready)
+        return live.client
 
     yield make
-    for client in clients:
-        client.__exit__(None, None, None)
+    for live in gateways:
+        live.close()
 
 
 # --- Real processes, for test_integration.py -------------------------------------------------

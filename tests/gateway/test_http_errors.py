@@ -134,7 +134,7 @@ def keyed(gateway_factory, standins, tmp_path):
     ({}, "missing API key"),
     ({"Authorization": "Bearer sk-wrong"}, "incorrect API key"),
     ({"Authorization": "Basic sk-first"}, "Bearer"),
-    ({"Authorization": "Bearer "}, "Bearer"),
+    ({"Authorization": "Bearer"}, "Bearer"),  # no key after the scheme
     ({"Authorization": "Bearer # sk-retired, indented"}, "incorrect API key"),  # a comment
 ])
 def test_missing_or_wrong_api_key_is_401(keyed, headers, says):
