@@ -13,7 +13,6 @@ import logging
 import types
 
 from hedgerow.gateway.auth import ApiKeys
-from hedgerow.gateway.chunking import offsets
 from hedgerow.gateway.errors import RequestError
 from hedgerow.gateway.http import HttpApp, Request, Response, json_response, parse_json
 from hedgerow.gateway.metrics import GatewayMetrics
@@ -134,9 +133,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         body = TokenizeRequest.parse(body_of(request))
         service.check_model(body.model)
         sequences = await service.sequences(body.input, body.input_type)
-        starts = offsets(sequences.lengths)
-        split = [sequences.input_ids[starts[i]:starts[i + 1]]
-                 for i in range(len(sequences.lengths))]
+        starts = sequences.starts()
+        split = [sequences.input_ids[a:b].tolist() for a, b in zip(starts[:-1], starts[1:])]
         return Response(tokenize_body(split, model=service.card.name))
 
     @app.route("GET", "/v1/models")

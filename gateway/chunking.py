@@ -3,14 +3,22 @@
 Pure functions, no I/O. Latency is proportional to tokens, so chunks are cut on a TOKEN budget,
 never a sequence count: sequences are taken in input order until the next one would push the
 chunk past the budget. A sequence longer than the budget travels alone. Chunks are contiguous
-slices of the request, so results reassemble by concatenation in chunk order. Knows nothing
-about servers, tokenizers or HTTP.
+slices of the request, so results reassemble by concatenation in chunk order. Token ids are
+`array('i')` and offsets lists (int32, little-endian on the wire). Knows nothing about servers,
+tokenizers or HTTP.
 """
 
+import array
 import dataclasses
+import struct
+import sys
 from typing import Sequence
 
 import numpy as np
+
+if sys.byteorder != "little":  # array('i') is native; the wire is little-endian int32
+    raise ImportError("the gateway packs token ids as little-endian int32: a little-endian "
+                      "machine is needed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,33 +55,28 @@ def plan_chunks(lengths: Sequence[int], budget: int) -> list[Chunk]:
     return chunks
 
 
-def offsets(lengths: np.ndarray) -> np.ndarray:
-    """Cumulative offsets int64 [B+1] of sequences with `lengths` int [B], starting at 0."""
-    out = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    return out
+def _offsets(starts: Sequence[int], first: int, shift: int = 0) -> bytes:
+    return struct.pack(f"<{len(starts)}i", *[start - first + shift for start in starts])
 
 
-def pack(input_ids: np.ndarray, starts: np.ndarray, chunk: Chunk) -> tuple[bytes, bytes]:
+def pack(input_ids: array.array, starts: Sequence[int], chunk: Chunk) -> tuple[bytes, bytes]:
     """The wire bytes of one chunk: (input_ids int32 LE [T_c], cu_seqlens int32 LE [B_c+1]).
 
-    `input_ids` is the request's flat int32 [T]; `starts` its offsets int64 [B+1].
+    `input_ids` is the request's flat int32 [T]; `starts` its offsets [B+1].
     """
-    first, last = int(starts[chunk.start]), int(starts[chunk.stop])
-    ids = np.ascontiguousarray(input_ids[first:last], dtype="<i4")
-    cu_seqlens = (starts[chunk.start:chunk.stop + 1] - first).astype("<i4")
-    return ids.tobytes(), cu_seqlens.tobytes()
+    first, last = starts[chunk.start], starts[chunk.stop]
+    return (input_ids[first:last].tobytes(),
+            _offsets(starts[chunk.start:chunk.stop + 1], first))
 
 
-def pack_with_query(query: np.ndarray, input_ids: np.ndarray, starts: np.ndarray, chunk: Chunk
-                    ) -> tuple[bytes, bytes]:
+def pack_with_query(query: array.array, input_ids: array.array, starts: Sequence[int],
+                    chunk: Chunk) -> tuple[bytes, bytes]:
     """The wire bytes of a Score chunk: the query (int32 [q]) as sequence 0, then the chunk's
     sequences; (input_ids int32 LE [q + T_c], cu_seqlens int32 LE [B_c+2])."""
-    first, last = int(starts[chunk.start]), int(starts[chunk.stop])
-    q = int(query.shape[0])
-    ids = np.concatenate([query, input_ids[first:last]]).astype("<i4", copy=False)
-    cu_seqlens = np.concatenate([[0], starts[chunk.start:chunk.stop + 1] - first + q])
-    return ids.tobytes(), cu_seqlens.astype("<i4").tobytes()
+    first, last = starts[chunk.start], starts[chunk.stop]
+    q = len(query)
+    return (query.tobytes() + input_ids[first:last].tobytes(),
+            b"\0\0\0\0" + _offsets(starts[chunk.start:chunk.stop + 1], first, q))
 
 
 def reassemble(chunks: Sequence[Chunk], results: Sequence[np.ndarray]) -> np.ndarray:

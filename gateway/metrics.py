@@ -60,7 +60,10 @@ class GatewayMetrics:
         self.ready_replicas = Gauge(
             "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r,
             multiprocess_mode="livemin")
+        # Labelled children, looked up once each (labels() takes a lock and hashes).
         self._latency: dict[tuple[str, int], Histogram] = {}
+        self._in_flight: dict[str, Gauge] = {}
+        self._chunks: dict[tuple[str, str], Counter] = {}
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """One HTTP request's latency (its labelled child looked up once per pair)."""
@@ -70,11 +73,26 @@ class GatewayMetrics:
                 route, str(status))
         child.observe(seconds)
 
+    def in_flight(self, address: str) -> Gauge:
+        child = self._in_flight.get(address)
+        if child is None:
+            child = self._in_flight[address] = self.in_flight_tokens.labels(address)
+        return child
+
+    def chunk_outcome(self, address: str, outcome: str) -> Counter:
+        child = self._chunks.get((address, outcome))
+        if child is None:
+            child = self._chunks[(address, outcome)] = self.chunks.labels(address, outcome)
+        return child
+
     def forget_replica(self, address: str) -> None:
         """Drop a departed replica's series: pod addresses churn, and each one's series would
         otherwise be exported (the in-flight gauge frozen at its last value) forever."""
         for metric in (self.in_flight_tokens, self.chunks):
             metric.remove_by_labels({"replica": address})
+        self._in_flight.pop(address, None)
+        for key in [key for key in self._chunks if key[0] == address]:
+            del self._chunks[key]
 
     def render(self) -> bytes:
         if multiprocess():

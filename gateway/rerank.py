@@ -163,11 +163,10 @@ class Reranker:
         sequences = await service.tokenize(
             texts, card.templates.get(input_type, ""),
             card.max_tokens if service.settings.truncate else _UNLIMITED, param)
-        over = np.flatnonzero(sequences.lengths > card.max_tokens)
-        if over.size:
-            first = int(over[0])
+        first = next((i for i, n in enumerate(sequences.lengths) if n > card.max_tokens), None)
+        if first is not None:
             where = "query" if param == "query" else f"documents[{first}]"
-            raise RequestError(_too_long(where, int(sequences.lengths[first]), card.max_tokens,
+            raise RequestError(_too_long(where, sequences.lengths[first], card.max_tokens,
                                          "query" if param == "query" else "document"),
                                param=param, code="context_length_exceeded")
         return sequences

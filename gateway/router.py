@@ -11,6 +11,7 @@ remaining time as its gRPC deadline. gRPC failures become the gateway's errors h
 else. Knows nothing about HTTP or tokenization; gets sequences already cut into chunks.
 """
 
+import array
 import asyncio
 import collections
 import itertools
@@ -21,7 +22,7 @@ from typing import Awaitable, Iterable, Protocol, Sequence, TypeVar
 import grpc
 import numpy as np
 
-from hedgerow.gateway.chunking import Chunk, offsets, pack, pack_with_query, reassemble
+from hedgerow.gateway.chunking import Chunk, pack, pack_with_query, reassemble
 from hedgerow.gateway.errors import (
     DeadlineError,
     NoReplicaError,
@@ -184,7 +185,7 @@ class Router:
     def _count(self, replica: Replica, tokens: int) -> None:
         replica.in_flight_tokens += tokens
         if not replica.removed:  # a departed replica's series are gone for good
-            self._metrics.in_flight_tokens.labels(replica.address).set(replica.in_flight_tokens)
+            self._metrics.in_flight(replica.address).set(replica.in_flight_tokens)
 
     def _release(self, replica: Replica, tokens: int) -> None:
         """Uncount a call's tokens and wake every waiter (synchronous: safe in a cancelled
@@ -194,7 +195,7 @@ class Router:
 
     def _count_chunk(self, replica: Replica, outcome: str) -> None:
         if not replica.removed:
-            self._metrics.chunks.labels(replica.address, outcome).inc()
+            self._metrics.chunk_outcome(replica.address, outcome).inc()
 
     def _wake(self) -> None:
         self._changed.set()
@@ -214,7 +215,7 @@ class Router:
         DeadlineError, RequestError (the server rejected the input), UpstreamOverloadedError
         or UpstreamError.
         """
-        starts = offsets(sequences.lengths)
+        starts = sequences.starts()
         results = await self._all(self._chunk(sequences, starts, chunk, dimensions, deadline)
                                   for chunk in chunks)
         try:
@@ -225,7 +226,7 @@ class Router:
     async def _chunk(
         self,
         sequences: Sequences,
-        starts: np.ndarray,
+        starts: list[int],
         chunk: Chunk,
         dimensions: int | None,
         deadline: float,
@@ -239,7 +240,7 @@ class Router:
 
     async def score(
         self,
-        query: np.ndarray,
+        query: array.array,
         documents: Sequences,
         chunks: Sequence[Chunk],
         *,
@@ -253,7 +254,7 @@ class Router:
         int64 [k_c] as GLOBAL document indices, scores float32 [k_c]) best first. Raises as
         `embed` does.
         """
-        starts = offsets(documents.lengths)
+        starts = documents.starts()
         return await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
                                                  deadline) for chunk in chunks)
 
@@ -265,6 +266,9 @@ class Router:
         """
         if not self._replicas.ready():
             raise NoReplicaError(NO_REPLICA_MESSAGE)
+        calls = list(calls)
+        if len(calls) == 1:  # most requests: no task and no gather to pay for
+            return [await calls[0]]
         tasks = [asyncio.ensure_future(call) for call in calls]
         try:
             return list(await asyncio.gather(*tasks))
@@ -275,9 +279,9 @@ class Router:
 
     async def _score_chunk(
         self,
-        query: np.ndarray,
+        query: array.array,
         documents: Sequences,
-        starts: np.ndarray,
+        starts: list[int],
         chunk: Chunk,
         top_n: int,
         deadline: float,
@@ -286,7 +290,7 @@ class Router:
         wanted = min(top_n, chunk.size)
         request = embed_pb2.ScoreRequest(input_ids=input_ids, cu_seqlens=cu_seqlens,
                                          top_n=wanted)
-        tokens = chunk.tokens + int(query.shape[0])
+        tokens = chunk.tokens + len(query)
         response = await self._send("Score", request, chunk, tokens, deadline)
         local, scores = decode_scores(response, wanted, chunk.size)
         return local + chunk.start, scores

@@ -232,11 +232,10 @@ def embeddings_body(
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def tokenize_body(sequences: list[np.ndarray], *, model: str) -> bytes:
+def tokenize_body(sequences: list[list[int]], *, model: str) -> bytes:
     """The JSON body of a /tokenize response: ids and count per input, and the total."""
-    data = [{"index": i, "tokens": ids, "count": int(ids.shape[0])}
-            for i, ids in enumerate(sequences)]
+    data = [{"index": i, "tokens": ids, "count": len(ids)} for i, ids in enumerate(sequences)]
     total = sum(item["count"] for item in data)
     body = {"object": "list", "data": data, "model": model,
             "usage": {"prompt_tokens": total, "total_tokens": total}}
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps(body)

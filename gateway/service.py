@@ -76,9 +76,9 @@ class EmbeddingService:
         sequences = await self.tokenizer.encode(texts, template=template, max_tokens=max_tokens,
                                                 truncate=self.settings.truncate)
         self.metrics.tokenize_seconds.observe(time.perf_counter() - started)
-        empty = np.flatnonzero(sequences.lengths == 0)
-        if empty.size:  # e.g. only control characters, and no [CLS]/[SEP] in the tokenizer
-            where = param if param == "query" else f"{param}[{int(empty[0])}]"
+        empty = next((i for i, n in enumerate(sequences.lengths) if n == 0), None)
+        if empty is not None:  # e.g. only control characters, and no [CLS]/[SEP] in the tokenizer
+            where = param if param == "query" else f"{param}[{empty}]"
             raise RequestError(f"{where} tokenizes to no tokens", param=param,
                                code="empty_input")
         return sequences

@@ -9,13 +9,14 @@ that takes microseconds and a thread hop costs more. Knows nothing about servers
 chunking.
 """
 
+import array
 import asyncio
 import concurrent.futures
 import dataclasses
+import itertools
 import threading
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer
 
 from hedgerow.errors import ModelLoadError
@@ -28,30 +29,35 @@ INLINE_CHARS = 2048
 
 @dataclasses.dataclass(frozen=True)
 class Sequences:
-    """A request's sequences in the ragged layout.
+    """A request's sequences in the ragged layout, in plain Python containers: a request holds
+    a few sequences, and on those a numpy call costs more than the work.
 
-    input_ids: int32 [T], every sequence back to back; lengths: int32 [B], tokens per sequence.
+    input_ids: int32 [T] (`array('i')`, every sequence back to back); lengths: [B] tokens per
+    sequence.
     """
 
-    input_ids: np.ndarray
-    lengths: np.ndarray
+    input_ids: array.array
+    lengths: list[int]
 
     @property
     def total_tokens(self) -> int:
-        return int(self.input_ids.shape[0])
+        return len(self.input_ids)
 
-    def sequence(self, index: int) -> np.ndarray:
-        start = int(self.lengths[:index].sum())
-        return self.input_ids[start:start + int(self.lengths[index])]
+    def starts(self) -> list[int]:
+        """Cumulative offsets [B+1], 0 first."""
+        return list(itertools.accumulate(self.lengths, initial=0))
+
+    def sequence(self, index: int) -> array.array:
+        start = sum(self.lengths[:index])
+        return self.input_ids[start:start + self.lengths[index]]
 
     @classmethod
     def from_lists(cls, sequences: list[list[int]]) -> "Sequences":
-        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int32, count=len(sequences))
         # Ids are below the vocabulary size (tokenizer output, or client ids checked first).
-        flat = np.fromiter(
-            (t for s in sequences for t in s), dtype=np.int32, count=int(lengths.sum())
-        )
-        return cls(input_ids=flat, lengths=lengths)
+        if len(sequences) == 1:
+            return cls(array.array("i", sequences[0]), [len(sequences[0])])
+        return cls(array.array("i", itertools.chain.from_iterable(sequences)),
+                   [len(s) for s in sequences])
 
 
 def too_long_message(index: int, length: int, max_tokens: int) -> str:
@@ -110,11 +116,10 @@ class TextTokenizer:
             ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
         sequences = Sequences.from_lists(ids)
         if not truncate:
-            over = np.flatnonzero(sequences.lengths > max_tokens)
-            if over.size:
-                first = int(over[0])
+            first = next((i for i, n in enumerate(sequences.lengths) if n > max_tokens), None)
+            if first is not None:
                 raise RequestError(
-                    too_long_message(first, int(sequences.lengths[first]), max_tokens),
+                    too_long_message(first, sequences.lengths[first], max_tokens),
                     param="input",
                     code="context_length_exceeded",
                 )

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hedgerow.gateway.chunking import Chunk, offsets, pack, plan_chunks, reassemble
+from hedgerow.gateway.chunking import Chunk, pack, pack_with_query, plan_chunks, reassemble
+from hedgerow.gateway.tokenizer import Sequences
 
 
 def test_cuts_on_tokens_not_sequences():
@@ -35,11 +36,14 @@ def test_chunks_cover_every_sequence_in_order_within_budget(lengths, budget):
 
 
 def test_pack_gives_each_chunk_its_own_ragged_layout():
-    lengths = np.array([2, 3, 1], dtype=np.int32)
-    input_ids = np.arange(10, 16, dtype=np.int32)
-    ids, cu = pack(input_ids, offsets(lengths), Chunk(1, 3, 4))
+    sequences = Sequences.from_lists([[10, 11], [12, 13, 14], [15]])
+    ids, cu = pack(sequences.input_ids, sequences.starts(), Chunk(1, 3, 4))
     assert np.frombuffer(ids, "<i4").tolist() == [12, 13, 14, 15]
     assert np.frombuffer(cu, "<i4").tolist() == [0, 3, 4]
+    query = Sequences.from_lists([[7, 8, 9]]).input_ids
+    ids, cu = pack_with_query(query, sequences.input_ids, sequences.starts(), Chunk(0, 2, 5))
+    assert np.frombuffer(ids, "<i4").tolist() == [7, 8, 9, 10, 11, 12, 13, 14]
+    assert np.frombuffer(cu, "<i4").tolist() == [0, 3, 5, 8]
 
 
 def test_reassemble_keeps_input_order_and_rejects_wrong_shapes():
