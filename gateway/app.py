@@ -67,7 +67,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         on_status=lambda replica: metrics.ready_replicas.set(len(replicas.ready())),
         on_removed=metrics.forget_replica,
     )
-    router = Router(replicas, metrics)
+    router = Router(replicas, metrics, settings.max_queue_seconds)
     service = EmbeddingService(settings, card, tokenizer, router, metrics)
     reranker = Reranker(service)
 

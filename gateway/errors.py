@@ -30,7 +30,12 @@ class NoReplicaError(NotReadyError):
 
 
 class UpstreamOverloadedError(OverloadedError):
-    """Every server that was tried answered RESOURCE_EXHAUSTED (429)."""
+    """The servers are too busy for this request: refused at admission, or every server that
+    was tried answered RESOURCE_EXHAUSTED (429, with Retry-After `retry_after` seconds)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UpstreamError(HedgerowError):

@@ -134,3 +134,8 @@ class HttpApp:
         self._observe("unread", status, 0.0)
         return http_errors.error_body(message, "invalid_request_error",
                                       code=http_errors.PROTOCOL_CODES.get(status))
+
+    def abandoned(self) -> None:
+        """A client left while sending its request: 499, one INFO line."""
+        log.info("%s", fields(event="request.abandoned", phase="sending"))
+        self._observe("unread", CLIENT_CLOSED_REQUEST, 0.0)

@@ -96,7 +96,7 @@ def serve_one(config: GatewaySettings, sock: socket.socket) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await gateway.start()
-        server = HttpServer(gateway.app.handle, limits, gateway.app.refusal)
+        server = HttpServer(gateway.app, limits)
         await server.start(sock)
         await stop.wait()
         await server.stop(GRACEFUL_STOP_S)

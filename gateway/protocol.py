@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from typing import Awaitable, Callable
+from typing import Callable, Protocol
 
 import httptools
 
@@ -67,10 +67,17 @@ class Response:
     headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
-Handler = Callable[[Request], Awaitable[Response]]
-# Answers the protocol makes itself (timeouts, limits, unparseable requests): (status, reason)
-# -> body; the app decides their shape.
-Refusal = Callable[[int, str], bytes]
+class App(Protocol):
+    """What the server needs from the application."""
+
+    async def handle(self, request: Request) -> Response:
+        """The answer to a complete request (never raises; cancelled if the client leaves)."""
+
+    def refusal(self, status: int, message: str) -> bytes:
+        """The body of an answer the server makes itself (timeouts, limits, bad framing)."""
+
+    def abandoned(self) -> None:
+        """A client left in the middle of sending a request."""
 
 
 class _Refused(Exception):
@@ -111,9 +118,11 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._pending: deque[Request] = deque()  # complete requests not yet handled
+        # Complete requests not yet handled, each with whether its connection may stay open.
+        self._pending: deque[tuple[Request, bool]] = deque()
         self._task: asyncio.Task | None = None    # the request being handled
         self._closing = False  # answer what is under way, then close
+        self._refused = False  # answered by the server itself
         # The request being parsed:
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
@@ -135,7 +144,7 @@ class Connection(asyncio.Protocol):
         self._arm(self._limits.head_timeout, self._head_timed_out)
 
     def data_received(self, data: bytes) -> None:
-        if self._closing and not self._receiving and self._task is None:
+        if self._refused or (self._closing and not self._receiving and self._task is None):
             return
         try:
             self._parser.feed_data(data)
@@ -152,6 +161,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
+        if self._receiving and not self._refused:
+            self._server.app.abandoned()
         self._disarm()
         self._pending.clear()
         if self._task is not None and not self._task.done():
@@ -175,16 +186,17 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._arm(self._limits.body_timeout, self._body_timed_out)
-        declared = None
+        declared, expect_continue = None, False
         for name, value in self._headers:
             if name == b"content-length" and value.isdigit():
                 declared = int(value)
             elif name == b"expect" and value.lower() == b"100-continue":
-                if declared is None or declared <= self._limits.max_body_bytes:
-                    self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                expect_continue = True
         if declared is not None and declared > self._limits.max_body_bytes:
             raise _Refused(413, f"the request body is {declared} bytes; at most "
                                 f"{self._limits.max_body_bytes} are accepted (--max-body-bytes)")
+        if expect_continue:
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -201,7 +213,7 @@ class Connection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = Request(self._parser.get_method().decode("ascii"), path, url.query or b"",
                           self._headers, body)
-        self._pending.append(request)
+        self._pending.append((request, self._parser.should_keep_alive()))
         if self._task is None:
             self._next()
         else:
@@ -210,12 +222,11 @@ class Connection(asyncio.Protocol):
     # --- handling -----------------------------------------------------------------------------
 
     def _next(self) -> None:
-        request = self._pending.popleft()
-        keep_alive = self._parser.should_keep_alive() and not self._closing
+        request, keep_alive = self._pending.popleft()
         self._task = asyncio.get_running_loop().create_task(self._handle(request, keep_alive))
 
     async def _handle(self, request: Request, keep_alive: bool) -> None:
-        response = await self._server.handler(request)
+        response = await self._server.app.handle(request)
         keep_alive = keep_alive and not self._closing
         self._transport.write(encode_response(response, keep_alive))
         self._task = None
@@ -273,9 +284,9 @@ class Connection(asyncio.Protocol):
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` with `message` and close (the request never reaches the app)."""
         self._disarm()
-        self._receiving = False
+        self._refused = True
         if not self._transport.is_closing():
-            body = self._server.refusal(status, message)
+            body = self._server.app.refusal(status, message)
             self._transport.write(encode_response(
                 Response(body, status, headers=((b"retry-after", b"1"),) if status == 503
                          else ()), keep_alive=False))
@@ -283,12 +294,11 @@ class Connection(asyncio.Protocol):
 
 
 class HttpServer:
-    """Serves `handler` on a listening socket until `stop()`."""
+    """Serves `app` on a listening socket until `stop()`."""
 
-    def __init__(self, handler: Handler, limits: Limits, refusal: Refusal) -> None:
-        self.handler = handler
+    def __init__(self, app: App, limits: Limits) -> None:
+        self.app = app
         self.limits = limits
-        self.refusal = refusal
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 

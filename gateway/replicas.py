@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.gateway.admission import Throughput
 from hedgerow.gateway.settings import parse_address
 from hedgerow.logs import fields
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -56,6 +57,7 @@ class Replica:
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.info: embed_pb2.InfoResponse | None = None
         self.in_flight_tokens = 0
+        self.throughput = Throughput()  # measured by the router as calls start and end
         self.last_chosen = 0  # router's pick counter, for round-robin among equals
         self.removed = False  # left discovery (its channel is closing)
         self.busy_until = 0.0  # time.monotonic() until which the router leaves it alone

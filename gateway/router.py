@@ -22,6 +22,7 @@ from typing import Awaitable, Iterable, Protocol, Sequence, TypeVar
 import grpc
 import numpy as np
 
+from hedgerow.gateway import admission
 from hedgerow.gateway.chunking import Chunk, pack, pack_with_query, reassemble
 from hedgerow.gateway.errors import (
     DeadlineError,
@@ -110,12 +111,33 @@ class ReplicaSource(Protocol):
 
 
 class Router:
-    def __init__(self, replicas: ReplicaSource, metrics: GatewayMetrics) -> None:
+    def __init__(self, replicas: ReplicaSource, metrics: GatewayMetrics,
+                 max_queue_seconds: float = 0.0) -> None:
         self._replicas = replicas
         self._metrics = metrics
+        self._max_queue_s = max_queue_seconds
         self._picks = itertools.count(1)
         self._changed = asyncio.Event()  # set (and replaced) when tokens go or the queue moves
         self._waiting: collections.deque = collections.deque()  # tickets of chunks waiting
+        self._waiting_tokens = 0  # what those chunks carry
+
+    def admit(self, tokens: int, deadline: float) -> None:
+        """Refuse at once (UpstreamOverloadedError, 429 with Retry-After) a request the
+        servers could not finish before its deadline or start within --max-queue-seconds, by
+        this gateway's estimate (gateway/admission.py); admitted requests are never refused
+        later."""
+        ready = self._replicas.ready()
+        queued = sum(r.in_flight_tokens for r in ready) + self._waiting_tokens
+        retry = admission.refusal(
+            tokens, queued, [r.throughput.rate for r in ready],
+            [r.info.max_inflight_tokens if r.info is not None else 0 for r in ready],
+            deadline - asyncio.get_running_loop().time(), self._max_queue_s)
+        if retry is not None:
+            self._metrics.refused.inc()
+            raise UpstreamOverloadedError(
+                f"the embedding servers are too busy to finish this request's {tokens} tokens "
+                f"in time ({queued} tokens are ahead of it); retry in about {retry:.0f} s",
+                retry_after=retry)
 
     def choose(self, exclude: Sequence[Replica] = (), tokens: int = 0,
                among: Sequence[Replica] | None = None) -> Replica | None:
@@ -153,6 +175,7 @@ class Router:
                                         "for room on the embedding servers")
                 if not queued:
                     self._waiting.append(entry)
+                    self._waiting_tokens += tokens
                     queued = True
                 # Woken when a call ends or the queue moves; the timeout also re-checks
                 # replicas that became ready or whose busy pause ended.
@@ -164,6 +187,7 @@ class Router:
         finally:
             if queued:
                 self._waiting.remove(entry)
+                self._waiting_tokens -= tokens
                 self._wake()
 
     def _left_for(self, entry, ready: list[Replica]) -> list[Replica]:
@@ -182,15 +206,18 @@ class Router:
         pauses = [r.busy_until - now for r in ready if r.busy_until > now]
         return max(min([ROOM_RECHECK_S, *pauses]), 0.001)
 
-    def _count(self, replica: Replica, tokens: int) -> None:
+    def _count(self, replica: Replica, tokens: int, done: int = 0) -> None:
+        """Count `tokens` more (or fewer) in flight on `replica`; `done`: the tokens of a call
+        that just ended well (its throughput's measure)."""
         replica.in_flight_tokens += tokens
+        replica.throughput.change(time.monotonic(), replica.in_flight_tokens > 0, done)
         if not replica.removed:  # a departed replica's series are gone for good
             self._metrics.in_flight(replica.address).set(replica.in_flight_tokens)
 
-    def _release(self, replica: Replica, tokens: int) -> None:
+    def _release(self, replica: Replica, tokens: int, ok: bool) -> None:
         """Uncount a call's tokens and wake every waiter (synchronous: safe in a cancelled
         task's cleanup)."""
-        self._count(replica, -tokens)
+        self._count(replica, -tokens, tokens if ok else 0)
         self._wake()
 
     def _count_chunk(self, replica: Replica, outcome: str) -> None:
@@ -215,6 +242,7 @@ class Router:
         DeadlineError, RequestError (the server rejected the input), UpstreamOverloadedError
         or UpstreamError.
         """
+        self.admit(sequences.total_tokens, deadline)
         starts = sequences.starts()
         results = await self._all(self._chunk(sequences, starts, chunk, dimensions, deadline)
                                   for chunk in chunks)
@@ -254,6 +282,7 @@ class Router:
         int64 [k_c] as GLOBAL document indices, scores float32 [k_c]) best first. Raises as
         `embed` does.
         """
+        self.admit(documents.total_tokens + len(query) * len(chunks), deadline)
         starts = documents.starts()
         return await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
                                                  deadline) for chunk in chunks)
@@ -304,11 +333,13 @@ class Router:
         while True:
             replica = await self._reserve(tokens, unavailable, deadline)
             remaining = deadline - loop.time()
+            ok = False
             try:
                 if remaining <= 0:
                     raise DeadlineError("the request's deadline passed before all its chunks "
                                         "were answered")
                 response = await getattr(replica.embedder, method)(request, timeout=remaining)
+                ok = True
             except grpc.aio.AioRpcError as error:
                 code = error.code()
                 self._count_chunk(replica, code.name)
@@ -334,7 +365,7 @@ class Router:
                     continue
                 raise self._translate(error, replica) from None
             finally:
-                self._release(replica, tokens)
+                self._release(replica, tokens, ok)
             self._count_chunk(replica, "OK")
             return response
 

@@ -172,7 +172,7 @@ class LiveGateway:
         async def serve() -> None:
             self._stop = asyncio.Event()
             await self.gateway.start()
-            server = HttpServer(self.gateway.app.handle, limits, self.gateway.app.refusal)
+            server = HttpServer(self.gateway.app, limits)
             sock = socket.socket()
             sock.bind(("127.0.0.1", self.port))
             sock.listen(128)

@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 
 from hedgerow.gateway.errors import DeadlineError
+from hedgerow.gateway.admission import Throughput
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.router import Router, least_loaded
 
@@ -21,7 +22,8 @@ MODEL = "all-MiniLM-L6-v2"
 def replica(name, tokens=0, ready=True, last=0, bound=0):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
                                  last_chosen=last, removed=False, busy_until=0.0,
-                                 info=types.SimpleNamespace(max_inflight_tokens=bound))
+                                 info=types.SimpleNamespace(max_inflight_tokens=bound),
+                                 throughput=Throughput())
 
 
 def test_least_loaded_picks_fewest_in_flight_tokens_among_ready():
