@@ -77,6 +77,8 @@ def check_operator() -> str | None:
     return http_ok(f"http://127.0.0.1:{port}/healthz")
 
 
+# Each check imports what it needs when it runs: every image has only its own process's
+# packages (no grpc in the operator's, no kopf in the gateway's).
 CHECKS = {"gateway": check_gateway, "server": check_server, "operator": check_operator}
 
 

@@ -111,7 +111,8 @@ def command_push(args: argparse.Namespace) -> None:
                                  "IMAGE_REGISTRY and IMAGE_TAG first")
         bases.say(f"pushing {name}")
         if subprocess.run(builder.push_command(name)).returncode != 0:
-            raise ContainerError(f"pushing {name} failed (log in to the registry first?)")
+            raise ContainerError(f"pushing {name} failed ({builder.name}'s message is above; "
+                                 "is the registry logged in?)")
 
 
 def main(argv: list[str]) -> int:
