@@ -11,7 +11,7 @@ TORCH_CPU := torch==2.13.0
 CONSTRAINTS := constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup proto generate clean
+.PHONY: run test setup proto generate clean images images-test images-push images-tools
 
 run: setup
 	$(BIN)/hedgerow serve
@@ -41,6 +41,49 @@ proto: setup
 # The chart's CRD and the docs' settings tables, from the settings dataclasses.
 generate: setup
 	$(BIN)/python -P tools/generate.py
+
+# The three images (README, "Deploy"): `make images` builds them with docker (with a running
+# daemon), podman or buildah, whichever works first; `make images-push` pushes them.
+# `make images-test` builds them and runs them for real (tools/containers/smoke.py); where no
+# registry serves the base images it builds stand-ins from the Debian archive. Empty variables
+# take their defaults: the chart's registry and appVersion, the Dockerfiles' base images.
+IMAGE_REGISTRY ?=
+IMAGE_TAG ?=
+CONTAINER_TOOL ?=
+PYTHON_IMAGE ?=
+TORCH_IMAGE ?=
+FLASH_ATTN_SPEC ?=
+DEBIAN_MIRROR ?=
+CONTAINERS := $(BIN)/python -P tools/containers
+# Debian packages the images test uses: podman runs the containers (with runc, which works on
+# cgroup v1 hosts where crun does not), buildah is the daemonless builder, debootstrap makes
+# the stand-in bases.
+IMAGE_TOOLS := podman buildah runc debootstrap
+
+images: setup
+	$(CONTAINERS) build --tool "$(CONTAINER_TOOL)" --registry "$(IMAGE_REGISTRY)" \
+		--tag "$(IMAGE_TAG)" --python-image "$(PYTHON_IMAGE)" --torch-image "$(TORCH_IMAGE)" \
+		--flash-attn-spec "$(FLASH_ATTN_SPEC)"
+
+images-push: setup
+	$(CONTAINERS) push --tool "$(CONTAINER_TOOL)" --registry "$(IMAGE_REGISTRY)" \
+		--tag "$(IMAGE_TAG)"
+
+images-test: setup images-tools
+	$(BIN)/hadolint images/Dockerfile.* tools/containers/*.Containerfile
+	$(CONTAINERS) test --tool "$(CONTAINER_TOOL)" --python-image "$(PYTHON_IMAGE)" \
+		--torch-image "$(TORCH_IMAGE)" --debian-mirror "$(DEBIAN_MIRROR)"
+
+# Installs IMAGE_TOOLS with apt-get where a container tool or debootstrap is missing.
+images-tools:
+	@if command -v debootstrap >/dev/null && { command -v podman >/dev/null || \
+		docker info >/dev/null 2>&1; }; then :; \
+	elif command -v apt-get >/dev/null; then \
+		echo "==> installing $(IMAGE_TOOLS) with apt-get"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(IMAGE_TOOLS); \
+	else \
+		echo "images-test needs podman (or docker with a daemon) and debootstrap" >&2; exit 1; \
+	fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -197,21 +197,36 @@ def load(
         source = field.flag
         if raw is None and field.env in environ:
             raw, source = environ[field.env], field.env
-        if raw is None:
-            continue
-        if isinstance(raw, str):
-            if field.literal and field.kind is str:
-                values[field.name] = raw
-                continue
-            if field.optional and raw.strip().lower() in ("", "none"):
-                values[field.name] = None
-                continue
-            value = _parse(field, raw, source)
-        else:
-            value = raw
-        check_bounds(field, value, source)
-        values[field.name] = value
+        if raw is not None:
+            values[field.name] = _value(field, raw, source)
     return cls(**values)
+
+
+def load_one(cls: type, name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting of `cls` from its environment variable, else its default, bounds checked.
+
+    For a probe such as the images' health check, which needs one setting and must not fail
+    on the others (a gateway's --servers, say, may come by flag, which the probe never sees).
+    """
+    environ = os.environ if environ is None else environ
+    field = field_of(cls, name)
+    if field.env not in environ:
+        return field.default
+    return _value(field, environ[field.env], field.env)
+
+
+def _value(field: Field, raw: Any, source: str) -> Any:
+    """A flag's or variable's raw value as the field's type; ConfigError naming `source`."""
+    if isinstance(raw, str):
+        if field.literal and field.kind is str:
+            return raw
+        if field.optional and raw.strip().lower() in ("", "none"):
+            return None
+        value = _parse(field, raw, source)
+    else:
+        value = raw
+    check_bounds(field, value, source)
+    return value
 
 
 def check_bounds(field: Field, value: Any, source: str) -> None:

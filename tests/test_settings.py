@@ -105,3 +105,15 @@ def test_the_parsed_view_and_the_docs_table():
            "batch. Unit: tokens. |" in rows
     assert "| `--mode` | `HEDGEROW_MODE` | `fast` | Mode. One of: fast, slow. |" in rows
     assert len(rows) == 2 + len(fields)
+
+
+def test_one_setting_loads_alone_from_the_environment():
+    # A probe reads one setting; another one's bad value is not its concern.
+    env = {"HEDGEROW_MAX_BATCH_TOKENS": "1024", "HEDGEROW_MODE": "warp", "HEDGEROW_MODEL": ""}
+    assert settings.load_one(Sample, "max_batch_tokens", env) == 1024
+    assert settings.load_one(Sample, "grace", env) == 30.0
+    assert settings.load_one(Sample, "model", env) is None
+    with pytest.raises(ConfigError, match="HEDGEROW_MODE: 'warp' is not one of fast, slow"):
+        settings.load_one(Sample, "mode", env)
+    with pytest.raises(ConfigError, match="HEDGEROW_MAX_BATCH_TOKENS: 0 is below the minimum"):
+        settings.load_one(Sample, "max_batch_tokens", {"HEDGEROW_MAX_BATCH_TOKENS": "0"})
