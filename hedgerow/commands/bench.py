@@ -21,6 +21,7 @@ BENCHMARKS = {
     "server-overhead": ("server_overhead", "the server's own host cost per request, no model"),
     "server-memory": ("server_memory", "server RSS over identical rounds of mixed-size load"),
     "gateway-cpu": ("gateway_cpu", "latency the gateway adds, and tokenization throughput"),
+    "peer-infinity": ("peer_infinity", "the local stack against Infinity on the same model"),
     "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency on CPU"),
     "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),
     "serving-gpu": ("serving_gpu", "the seed's four charts through server and gateway (CUDA)"),
