@@ -18,8 +18,10 @@ What runs: each case starts a server in a child process on loopback and a sync g
              difference to instant + device-ms is what that path costs.
 Every case's server runs for the whole benchmark; each of `--rounds` rounds measures every
 case in turn (the order rotating), so a noisy moment of a shared machine lands on all of them.
-Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls, then 4
-and 16 concurrent client threads for `--seconds` each (requests/s). The table gives medians
+Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls and the
+server process's CPU time per request over them (all its threads: less at the mercy of a noisy
+machine than latency), then 4 and 16 concurrent client threads for `--seconds` each
+(requests/s). The table gives medians
 over rounds, then each server case against the floor round by round: p50 above echo's (and
 above echo's plus the stand-in device time), and its 16-client throughput as a share of echo's.
 For the server cases it also reads the server's own histograms over the sequential phase:
@@ -44,6 +46,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -301,8 +304,10 @@ class Case:
 
     def round(self, args) -> None:
         before = server_sums(self.http_port) if self.server else {}
+        cpu = cpu_seconds(self.proc.pid)
         us = np.asarray(sequential(self.stub, self.requests, args.requests)) * 1e6
-        row = {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99))}
+        row = {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99)),
+               "cpu": (cpu_seconds(self.proc.pid) - cpu) / args.requests * 1e6}
         if self.server:
             row.update(means_us(before, server_sums(self.http_port)))
         for clients in (4, 16):
@@ -318,6 +323,12 @@ class Case:
         self.proc.wait(60)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system, all threads) process `pid` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def spread(values: list[float], fmt: str) -> str:
     """median [min-max] of per-round values."""
     return (f"{np.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]")
@@ -327,13 +338,14 @@ def report(cases: dict[str, Case], args) -> None:
     print(f"batch 1, {args.tokens} tokens, float32 [1, {WIDTH}] answer, sync gRPC client on "
           f"loopback; stand-in engine (no model); device case: ready after {args.device_ms} ms; "
           f"{args.rounds} interleaved rounds, medians over rounds")
-    print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'4 clients req/s':>16} "
+    print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'CPU µs/req':>11} {'4 clients req/s':>16} "
           f"{'16 clients req/s':>17}   server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
     for name, case in cases.items():
         inside = "".join(f" {case.median(k):>{w}.0f}" if case.server else f" {'-':>{w}}"
                          for k, w in (("handler", 8), ("queue", 6), ("step", 6)))
         print(f"{name:<10} {case.median('p50'):>8.0f} {case.median('p99'):>8.0f} "
-              f"{case.median('rps4'):>16.0f} {case.median('rps16'):>17.0f}   {'':>17}{inside}")
+              f"{case.median('cpu'):>11.0f} {case.median('rps4'):>16.0f} "
+              f"{case.median('rps16'):>17.0f}   {'':>17}{inside}")
     echo = cases.get("echo-aio")
     if echo is None:
         return
@@ -345,8 +357,10 @@ def report(cases: dict[str, Case], args) -> None:
         rows = cases[name].rounds
         above = [row["p50"] - base - device for row, base in zip(rows, floor)]
         share = [row["rps16"] / base["rps16"] for row, base in zip(rows, echo.rounds)]
+        cpu = [row["cpu"] - base["cpu"] for row, base in zip(rows, echo.rounds)]
         what = "p50 - echo p50" + (f" - {args.device_ms:g} ms" if device else "")
         print(f"  {name:<8} {what:<26} {spread(above, '.0f')} µs;   "
+              f"CPU per request - echo's {spread(cpu, '.0f')} µs;   "
               f"16 clients req/s / echo's {spread(share, '.2f')}")
 
 
