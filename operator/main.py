@@ -60,9 +60,8 @@ class OperatorSettings:
         "Port of the liveness endpoint /healthz; 0 turns it off.", unit="TCP port",
         minimum=0, maximum=65535,
     )
-    log_level: str = settings_lib.setting(
-        "info", "Log verbosity.", choices=("debug", "info", "warning", "error"),
-    )
+    log_level: str = settings_lib.setting("info", "Log verbosity.", choices=logs.LOG_LEVELS)
+    log_format: str = logs.format_setting()
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +115,7 @@ def check_health_port(port: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = settings_lib.load(OperatorSettings, args)
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     check_credentials()
     check_health_port(config.health_port)
     log.info("%s", logs.fields(event="operator.start", **settings_lib.describe(config)))

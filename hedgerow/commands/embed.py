@@ -67,7 +67,8 @@ class EmbedSettings:
         unit="tokens", minimum=1,
     )
     log_level: str = setting("info", "Log verbosity (on stderr; stdout carries only the JSON).",
-                             choices=("debug", "info", "warning", "error"))
+                             choices=logs.LOG_LEVELS)
+    log_format: str = logs.format_setting()
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -142,7 +143,7 @@ def batches(sequences: list[list[int]], max_batch_tokens: int) -> list[list[list
 
 def run(args: argparse.Namespace) -> int:
     config: EmbedSettings = settings.load(EmbedSettings, args)
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     texts: list[str] = list(args.texts)
     check_texts(texts)  # before loading anything: a bad call fails in milliseconds
 
