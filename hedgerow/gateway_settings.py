@@ -160,7 +160,8 @@ class GatewaySettings:
         1.0,
         "Fraction of requests that get an access-log line at INFO (method, route, status, "
         "tokens, milliseconds; logger hedgerow.gateway.access): 1 logs every request, 0.01 "
-        "one in a hundred at random, 0 none. A line costs a few microseconds of CPU.",
+        "one in a hundred at random, 0 none. A line costs 10-20 microseconds of CPU (about 1-2% "
+        "of the gateway's own time per short request); an unsampled request almost none.",
         unit="fraction", minimum=0, maximum=1,
     )
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
