@@ -1,10 +1,14 @@
 """The HTTP API: thin routes that convert JSON to service calls and back.
 
-Owns the routes (`POST /v1/embeddings`, `POST /v1/rerank`, `GET /v1/models`, `POST /tokenize`,
-`GET /healthz`, `GET /readyz`, `GET /metrics`), the API key check, the request deadline and the
-gateway's lifetime (`Gateway.start` starts the replica watchers, `stop` ends them). Request
-logic lives in `service.py` and `rerank.py`, HTTP in `http.py` and `protocol.py`, errors are
-translated in `http_errors.py`.
+Owns the routes, the API key check, the request deadline and the gateway's lifetime
+(`Gateway.start` starts the replica watchers, `stop` ends them). The routes speak three APIs:
+OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and the Cohere v1
+and Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
+Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info`, `/health`,
+`/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`. Operations:
+`GET /healthz`, `/readyz`, `/metrics`. Request logic lives in `service.py` and `rerank.py`,
+the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in `http.py` and `protocol.py`;
+errors are translated in `http_errors.py`, in the shape of the route's API.
 """
 
 import asyncio
@@ -12,18 +16,21 @@ import functools
 import logging
 import types
 
+from hedgerow.gateway import cohere, tei
+from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.auth import ApiKeys
-from hedgerow.gateway.errors import RequestError
-from hedgerow.gateway.http import HttpApp, Request, Response, json_response, parse_json
+from hedgerow.gateway.errors import ModelNotFoundError, NoReplicaError, RequestError
+from hedgerow.gateway.http import HttpApp, Request, Response, Style, json_response, parse_json
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard
 from hedgerow.gateway.replicas import ReplicaSet
 from hedgerow.gateway.rerank import Reranker, RerankRequest, rerank_body
-from hedgerow.gateway.router import Router
+from hedgerow.gateway.router import NO_REPLICA_MESSAGE, Router
 from hedgerow.gateway.schema import (
     EmbeddingsRequest,
     TokenizeRequest,
     embeddings_body,
+    json_object,
     tokenize_body,
 )
 from hedgerow.gateway.service import EmbeddingService
@@ -81,7 +88,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         await replicas.close()
         tokenizer.close()
 
-    app = HttpApp(metrics.observe_request)
+    app = HttpApp(metrics.observe_request, AccessLog(settings.access_log_sample))
     app.state = types.SimpleNamespace(service=service, replicas=replicas, metrics=metrics)
 
     def deadline(request: Request) -> float:
@@ -116,34 +123,146 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         encode = functools.partial(
             embeddings_body, result.embeddings, model=service.card.name,
             prompt_tokens=result.prompt_tokens, encoding_format=body.encoding_format)
-        if result.embeddings.size <= INLINE_ENCODE_VALUES:
-            return Response(encode())
-        # A large response is encoded in a thread so the event loop keeps serving.
-        return Response(await asyncio.get_running_loop().run_in_executor(None, encode))
+        return await encoded(encode, result.embeddings.size, result.prompt_tokens)
+
+    async def encoded(encode, values: int, tokens: int) -> Response:
+        """The body `encode()` writes; a large one is encoded in a thread so the event loop
+        keeps serving."""
+        if values <= INLINE_ENCODE_VALUES:
+            return Response(encode(), tokens=tokens)
+        return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
+                        tokens=tokens)
 
     @app.route("POST", "/v1/rerank")
     async def rerank(request: Request) -> Response:
         body = RerankRequest.parse(body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(rerank_body(result, model=service.card.name,
-                                    return_documents=body.return_documents))
+                                    return_documents=body.return_documents),
+                        tokens=result.total_tokens)
 
     @app.route("POST", "/tokenize")
     async def tokenize(request: Request) -> Response:
-        body = TokenizeRequest.parse(body_of(request))
+        raw = body_of(request)
+        if isinstance(raw, dict) and "inputs" in raw and "input" not in raw:
+            request.error_style = Style.TEI
+            return await tei_tokenize(raw)
+        body = TokenizeRequest.parse(raw)
         service.check_model(body.model)
         sequences = await service.sequences(body.input, body.input_type)
         starts = sequences.starts()
         split = [sequences.input_ids[a:b].tolist() for a, b in zip(starts[:-1], starts[1:])]
         return Response(tokenize_body(split, model=service.card.name))
 
+    async def tei_tokenize(raw: dict) -> Response:
+        body = tei.TokenizeRequest.parse(raw, settings.max_inputs)
+        template = service.template(body.prompt_name)
+        texts = [template + text for text in body.texts]
+        encodings = await tokenizer.encodings(texts, body.add_special_tokens)
+        return Response(tei.tokens_body(texts, encodings))
+
+    def model_entry(name: str) -> dict:
+        card = service.card
+        return {"id": name, "object": "model", "created": 0, "owned_by": "hedgerow",
+                "dimensions": card.dimensions, "max_tokens": card.max_tokens}
+
     @app.route("GET", "/v1/models")
     async def models(request: Request) -> Response:
         api_keys.check(request.header(b"authorization"))
-        return json_response({"object": "list", "data": [{
-            "id": service.card.name, "object": "model", "created": 0, "owned_by": "hedgerow",
-            "dimensions": service.card.dimensions, "max_tokens": service.card.max_tokens,
-        }]})
+        return json_response({"object": "list",
+                              "data": [model_entry(name) for name in service.model_names]})
+
+    @app.route("GET", "/v1/models/{model}")
+    async def model(request: Request) -> Response:
+        api_keys.check(request.header(b"authorization"))
+        name = request.path_params["model"]
+        if name not in service.model_names:
+            served = " or ".join(repr(known) for known in service.model_names)
+            raise ModelNotFoundError(f"model {name!r} is not served here; this gateway "
+                                     f"serves {served}", param="model")
+        return json_response(model_entry(name))
+
+    # --- Cohere v2 ----------------------------------------------------------------------------
+
+    @app.route("POST", "/v2/embed", errors=Style.COHERE)
+    async def cohere_embed(request: Request) -> Response:
+        body = cohere.EmbedRequest.parse(body_of(request))
+        cohere.check_texts(body.texts)
+        result = await service.embed(body.texts, model=body.model, dimensions=body.dimensions,
+                                     input_type=body.template_name, truncate=body.truncate,
+                                     deadline=deadline(request), param="texts")
+        return await encoded(functools.partial(cohere.embed_body, result.embeddings, body.texts,
+                                               body.embedding_types, result.prompt_tokens),
+                             result.embeddings.size, result.prompt_tokens)
+
+    @app.route("POST", "/v2/rerank", errors=Style.COHERE)
+    async def cohere_rerank(request: Request) -> Response:
+        result = await reranker.rerank(cohere.rerank_request(body_of(request)),
+                                       deadline=deadline(request))
+        return Response(cohere.rerank_body(result), tokens=result.total_tokens)
+
+    # --- Text Embeddings Inference ------------------------------------------------------------
+
+    async def tei_embed(request: Request, raw: dict) -> Response:
+        body = tei.EmbedRequest.parse(raw)
+        result = await service.embed(body.inputs, model=None, dimensions=body.dimensions,
+                                     input_type=None, template=service.template(
+                                         body.prompt_name),
+                                     truncate=body.truncate, normalize=body.normalize,
+                                     deadline=deadline(request), param="inputs")
+        return await encoded(functools.partial(tei.embed_body, result.embeddings),
+                             result.embeddings.size, result.prompt_tokens)
+
+    async def tei_similarity(request: Request, raw: dict) -> Response:
+        body = tei.SimilarityRequest.parse(raw, settings.max_inputs)
+        result = await service.embed([body.source_sentence, *body.sentences], model=None,
+                                     dimensions=None, input_type=None,
+                                     template=service.template(body.prompt_name,
+                                                               "parameters.prompt_name"),
+                                     truncate=body.truncate, deadline=deadline(request),
+                                     param="inputs.sentences")
+        return Response(tei.similarity_body(result.embeddings), tokens=result.prompt_tokens)
+
+    @app.route("POST", "/embed", errors=Style.TEI)
+    async def embed(request: Request) -> Response:
+        return await tei_embed(request, json_object(body_of(request)))
+
+    @app.route("POST", "/similarity", errors=Style.TEI)
+    async def similarity(request: Request) -> Response:
+        return await tei_similarity(request, json_object(body_of(request)))
+
+    @app.route("POST", "/", errors=Style.TEI)
+    async def root(request: Request) -> Response:
+        """TEI's default route for an embedding model; InferenceClient's feature_extraction
+        and sentence_similarity both post here, told apart by the shape of `inputs`."""
+        raw = json_object(body_of(request))
+        if tei.is_similarity(raw):
+            return await tei_similarity(request, raw)
+        return await tei_embed(request, raw)
+
+    @app.route("POST", "/rerank", errors=Style.TEI)
+    async def tei_rerank(request: Request) -> Response:
+        body = tei.rerank_request(body_of(request))
+        result = await reranker.rerank(body, deadline=deadline(request))
+        return Response(tei.rerank_body(result, body.return_documents),
+                        tokens=result.total_tokens)
+
+    @app.route("GET", "/info", errors=Style.TEI)
+    async def info(request: Request) -> Response:
+        server = service.server_info
+        return Response(tei.info_body(
+            service.card, pooling=server.pooling if server else None,
+            dtype=server.dtype if server else None, max_batch_tokens=service.chunk_budget(),
+            max_client_batch_size=settings.max_inputs, auto_truncate=settings.truncate,
+            tokenization_workers=settings.tokenizer_threads))
+
+    @app.route("GET", "/health", errors=Style.TEI)
+    @app.route("GET", "/", errors=Style.TEI)
+    async def health(request: Request) -> Response:
+        """TEI's health: 200 with an empty body when a server is ready, else 503."""
+        if not replicas.ready():
+            raise NoReplicaError(NO_REPLICA_MESSAGE)
+        return Response(b"", content_type=b"text/plain")
 
     @app.route("GET", "/healthz")
     async def healthz(request: Request) -> Response:

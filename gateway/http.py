@@ -3,21 +3,25 @@
 Owns dispatching a complete request (gateway/protocol.py read it, under its limits) to the
 handler registered for its path and method, JSON bodies with a specific message for every way
 they can be malformed, turning the handler's `Response`, or the error it raised, into the
-answer, and one latency observation per request under its route and final status. A request
-whose client went away (the protocol cancels its task) is recorded as 499 and logged once at
-INFO. Routing is a dict lookup. Knows nothing about embeddings or sockets.
+answer (in the error shape of the API the route belongs to), one latency observation per
+request under its route and final status, and the access log (gateway/access_log.py). A
+request whose client went away (the protocol cancels its task) is recorded as 499 and logged
+once at INFO. Routing is a dict lookup. Knows nothing about embeddings or sockets.
 """
 
 import asyncio
 import logging
 import time
+import urllib.parse
 from typing import Any, Awaitable, Callable
 
 import orjson
 
 from hedgerow.errors import HedgerowError
 from hedgerow.gateway import http_errors
+from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.errors import RequestError
+from hedgerow.gateway.http_errors import Style
 from hedgerow.gateway.protocol import Request, Response
 from hedgerow.logs import fields
 
@@ -25,7 +29,7 @@ log = logging.getLogger("hedgerow.gateway.http")
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request its client abandoned
 
-__all__ = ["HttpApp", "Request", "Response", "json_response", "parse_json"]
+__all__ = ["HttpApp", "Request", "Response", "Style", "json_response", "parse_json"]
 
 
 def parse_json(raw: bytes) -> Any:
@@ -66,16 +70,22 @@ class HttpApp:
     """Routes, errors and latency for complete requests; `handle` never raises (but is
     cancelled with its request when the client goes away)."""
 
-    def __init__(self, observe: Observe) -> None:
+    def __init__(self, observe: Observe, access_log: AccessLog | None = None) -> None:
         self._observe = observe
+        self._access_log = access_log or AccessLog(0.0)
         self._routes: dict[str, dict[str, Handler]] = {}
         # Routes ending in a parameter: (prefix, route, parameter name, method -> handler).
         self._prefixes: list[tuple[str, str, str, dict[str, Handler]]] = []
+        self._styles: dict[str, Style] = {}  # route -> the error shape it answers in
         self.state: Any = None  # what the app's builder wants reachable (tests read it)
 
-    def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
-        """Register a handler for `method` on `path`; a path ending in `/{name}` matches any
-        last segment, handed over in `request.path_params[name]`."""
+    def route(self, method: str, path: str, errors: Style = Style.OPENAI
+              ) -> Callable[[Handler], Handler]:
+        """Register a handler for `method` on `path`, answering errors in the `errors` API's
+        shape; a path ending in `/{name}` matches any last segment, percent-decoded (so
+        `%2F` is a slash) and handed over in `request.path_params[name]`."""
+        self._styles[path] = errors
+
         def register(handler: Handler) -> Handler:
             if not path.endswith("}"):
                 self._routes.setdefault(path, {})[method] = handler
@@ -96,17 +106,23 @@ class HttpApp:
         for prefix, route, name, methods in self._prefixes:
             rest = path[len(prefix):]
             if path.startswith(prefix) and rest and "/" not in rest:
-                return route, methods, {name: rest}
+                try:
+                    value = urllib.parse.unquote(rest, errors="strict")
+                except UnicodeDecodeError:
+                    raise RequestError(f"the path {path!r} is not valid UTF-8 once %-decoded",
+                                       code="invalid_encoding") from None
+                return route, methods, {name: value}
         return None
 
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
         method, path = request.method, request.path
-        found = self._find(path)
-        route = found[0] if found else "unmatched"
+        route = "unmatched"
         try:
+            found = self._find(path)
             if found is None:
                 raise http_errors.RouteError(404, f"no route {method} {path}")
+            route = found[0]
             handler = found[1].get(method)
             if handler is None:
                 raise http_errors.RouteError(
@@ -120,13 +136,17 @@ class HttpApp:
             self._observe(route, CLIENT_CLOSED_REQUEST, time.perf_counter() - started)
             raise
         except HedgerowError as error:
-            status, body, headers = http_errors.answer_for(error)
+            status, body, headers = http_errors.answer_for(
+                error, request.error_style or self._styles.get(route, Style.OPENAI))
             response = Response(body, status, headers=headers)
         except Exception:
             log.exception("%s", fields(event="request.failed", method=method, path=path))
-            status, body, headers = http_errors.INTERNAL_ERROR
+            status, body, headers = http_errors.internal_error(
+                self._styles.get(route, Style.OPENAI))
             response = Response(body, status, headers=headers)
-        self._observe(route, response.status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._observe(route, response.status, elapsed)
+        self._access_log.record(method, route, response.status, response.tokens, elapsed)
         return response
 
     def refusal(self, status: int, message: str) -> bytes:

@@ -1,11 +1,16 @@
-"""Every error the HTTP API answers, translated in this one place into OpenAI's error shape.
+"""Every error the HTTP API answers, translated in this one place, in the shape of the API the
+route belongs to.
 
-`{"error": {"message", "type", "param", "code"}}` with the right status: client errors are
-4xx with a specific message, never a 500 and never a traceback; 503 and 429 carry Retry-After.
-Knows nothing about how requests are handled.
+OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`; TEI's routes answer
+TEI's `{"error": message, "error_type": ...}` with TEI's statuses (422 for invalid input, 400
+for an empty one, 424 for a failed backend); Cohere's routes answer `{"message": ...}`. Client
+errors are 4xx with a specific message, never a 500 and never a traceback; 503 and 429 carry
+Retry-After. Knows nothing about how requests are handled.
 """
 
+import enum
 import math
+
 import orjson
 
 from hedgerow.errors import HedgerowError, InvalidInputError, NotReadyError, OverloadedError
@@ -18,17 +23,30 @@ from hedgerow.gateway.errors import (
 
 RETRY_AFTER_S = 1
 
-# Most specific first: the first class an error is an instance of decides.
-_STATUS: tuple[tuple[type[HedgerowError], int, str, str | None], ...] = (
-    (ModelNotFoundError, 404, "invalid_request_error", "model_not_found"),
-    (AuthenticationError, 401, "invalid_request_error", "invalid_api_key"),
-    (InvalidInputError, 400, "invalid_request_error", None),
-    (OverloadedError, 429, "overloaded_error", "overloaded"),
-    (NotReadyError, 503, "service_unavailable_error", "no_ready_replica"),
-    (DeadlineError, 504, "timeout_error", "deadline_exceeded"),
-    (UpstreamError, 502, "server_error", "upstream_error"),
-    (HedgerowError, 500, "server_error", None),
+
+class Style(enum.Enum):
+    """Whose error shape a route answers in."""
+
+    OPENAI = "openai"
+    TEI = "tei"
+    COHERE = "cohere"
+
+
+# Most specific first: the first class an error is an instance of decides. Columns: the
+# status, OpenAI's error type and default code, TEI's error type.
+_STATUS: tuple[tuple[type[HedgerowError], int, str, str | None, str], ...] = (
+    (ModelNotFoundError, 404, "invalid_request_error", "model_not_found", "Validation"),
+    (AuthenticationError, 401, "invalid_request_error", "invalid_api_key", "Unauthorized"),
+    (InvalidInputError, 400, "invalid_request_error", None, "Validation"),
+    (OverloadedError, 429, "overloaded_error", "overloaded", "Overloaded"),
+    (NotReadyError, 503, "service_unavailable_error", "no_ready_replica", "Unhealthy"),
+    (DeadlineError, 504, "timeout_error", "deadline_exceeded", "Backend"),
+    (UpstreamError, 502, "server_error", "upstream_error", "Backend"),
+    (HedgerowError, 500, "server_error", None, "Backend"),
 )
+# TEI answers invalid input 422, an empty input 400 and a failed backend 424.
+_TEI_STATUS = {"Validation": 422, "Backend": 424}
+_TEI_EMPTY_CODE = "empty_input"
 
 
 class RouteError(HedgerowError):
@@ -42,6 +60,7 @@ class RouteError(HedgerowError):
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None
                ) -> bytes:
+    """OpenAI's error shape."""
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}})
 
@@ -54,23 +73,39 @@ PROTOCOL_CODES = {400: "malformed_http", 408: "request_timeout", 413: "body_too_
 Answer = tuple[int, bytes, tuple[tuple[bytes, bytes], ...]]  # status, body, extra headers
 
 
-def answer_for(error: HedgerowError) -> Answer:
-    """How to answer `error`."""
+def answer_for(error: HedgerowError, style: Style = Style.OPENAI) -> Answer:
+    """How to answer `error` on a route of `style`."""
     if isinstance(error, RouteError):
-        return error.status, error_body(str(error), "invalid_request_error"), error.headers
-    for cls, status, type_, code in _STATUS:
-        if isinstance(error, cls):
-            break
-    param = getattr(error, "param", None)
-    code = getattr(error, "code", None) or code
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-    if status in (429, 503):
-        retry = getattr(error, "retry_after", None) or RETRY_AFTER_S
-        headers = ((b"retry-after", b"%d" % max(1, math.ceil(retry))),)
-    elif status == 401:
-        headers = ((b"www-authenticate", b"Bearer"),)
-    return status, error_body(str(error), type_, param, code), headers
+        status, type_, code, tei_type = error.status, "invalid_request_error", None, "Validation"
+        headers = error.headers
+    else:
+        for cls, status, type_, code, tei_type in _STATUS:
+            if isinstance(error, cls):
+                break
+        code = getattr(error, "code", None) or code
+        headers = ()
+        if status in (429, 503):
+            retry = getattr(error, "retry_after", None) or RETRY_AFTER_S
+            headers = ((b"retry-after", b"%d" % max(1, math.ceil(retry))),)
+        elif status == 401:
+            headers = ((b"www-authenticate", b"Bearer"),)
+    message = str(error)
+    if style is Style.TEI:
+        if status == 400 and code == _TEI_EMPTY_CODE:
+            tei_type = "Empty"
+        elif not isinstance(error, RouteError):
+            status = _TEI_STATUS.get(tei_type, status)
+        return status, orjson.dumps({"error": message, "error_type": tei_type}), headers
+    if style is Style.COHERE:
+        return status, orjson.dumps({"message": message}), headers
+    return status, error_body(message, type_, getattr(error, "param", None), code), headers
 
 
-INTERNAL_ERROR: Answer = (500, error_body("internal error in the gateway; see its log",
-                                          "server_error", code="internal_error"), ())
+def internal_error(style: Style) -> Answer:
+    """The answer to a bug: 500, and the traceback only in the gateway's log."""
+    if style is Style.OPENAI:
+        return 500, error_body("internal error in the gateway; see its log", "server_error",
+                               code="internal_error"), ()
+    status, body, headers = answer_for(HedgerowError("internal error in the gateway; see its "
+                                                     "log"), style)
+    return 500, body, headers

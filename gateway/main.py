@@ -121,7 +121,7 @@ def _loop_factory():
 
 def run(args: argparse.Namespace) -> int:
     config = settings.load(GatewaySettings, args)
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     log.info("%s", logs.fields(event="gateway.settings", **{
         k: ",".join(v) if isinstance(v, tuple) else v
         for k, v in settings.describe(config).items()}))

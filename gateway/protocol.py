@@ -49,6 +49,9 @@ class Request:
     headers: list[tuple[bytes, bytes]]  # names lower-case
     body: bytes
     path_params: dict[str, str] = dataclasses.field(default_factory=dict)  # set by routing
+    # Set by a handler whose body decides which API's error shape answers (the app's
+    # http_errors.Style); None keeps the route's.
+    error_style: object = None
 
     def header(self, name: bytes) -> str | None:
         """The last value of header `name` (lower-case bytes), or None."""
@@ -65,6 +68,7 @@ class Response:
     status: int = 200
     content_type: bytes = b"application/json"
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    tokens: int = 0  # tokens the request cost, for the access log; never sent
 
 
 class App(Protocol):

@@ -39,6 +39,8 @@ class RerankRequest:
     documents: Any
     top_n: int | None
     return_documents: bool
+    truncate: bool | None = None  # TEI's per-request switch; None follows --truncate
+    field: str = "documents"      # what the request calls its documents (TEI: texts)
 
     @classmethod
     def parse(cls, body: Any) -> "RerankRequest":
@@ -63,33 +65,34 @@ def parse_query(value: Any) -> str:
     return value
 
 
-def parse_documents(value: Any, max_inputs: int) -> list[str]:
-    """The documents' texts in order, from strings or {"text": string} objects (mixable)."""
+def parse_documents(value: Any, max_inputs: int, name: str = "documents") -> list[str]:
+    """The documents' texts in order, from strings or {"text": string} objects (mixable);
+    `name` is the request's field (TEI calls it `texts`)."""
     if not isinstance(value, list):
-        raise RequestError(f"documents must be {DOCUMENT_SHAPES}; got {kind(value)}",
-                           param="documents", code="invalid_type")
+        raise RequestError(f"{name} must be {DOCUMENT_SHAPES}; got {kind(value)}",
+                           param=name, code="invalid_type")
     if not value:
-        raise RequestError("documents is an empty list; send at least one document",
-                           param="documents", code="empty_input")
+        raise RequestError(f"{name} is an empty list; send at least one document",
+                           param=name, code="empty_input")
     if len(value) > max_inputs:
         raise RequestError(
-            f"documents has {len(value)} items; at most {max_inputs} are accepted per request "
-            "(--max-inputs)", param="documents", code="too_many_inputs")
+            f"{name} has {len(value)} items; at most {max_inputs} are accepted per request "
+            "(--max-inputs)", param=name, code="too_many_inputs")
     texts = []
     for index, item in enumerate(value):
-        where = f"documents[{index}]"
+        where = f"{name}[{index}]"
         if isinstance(item, dict):
             if not isinstance(item.get("text"), str):
                 raise RequestError(
                     f'{where} is an object without a string "text" field (its "text" is '
-                    f'{kind(item.get("text"))}); documents must be {DOCUMENT_SHAPES}',
-                    param="documents", code="invalid_type")
+                    f'{kind(item.get("text"))}); {name} must be {DOCUMENT_SHAPES}',
+                    param=name, code="invalid_type")
             item = item["text"]
             where += ".text"
         elif not isinstance(item, str):
-            raise RequestError(f"{where} is {kind(item)}; documents must be {DOCUMENT_SHAPES}",
-                               param="documents", code="invalid_type")
-        check_text(item, where, "documents")
+            raise RequestError(f"{where} is {kind(item)}; {name} must be {DOCUMENT_SHAPES}",
+                               param=name, code="invalid_type")
+        check_text(item, where, name)
         texts.append(item)
     return texts
 
@@ -157,15 +160,18 @@ class Reranker:
     def __init__(self, service: EmbeddingService) -> None:
         self._service = service
 
-    async def _tokenize(self, texts: list[str], input_type: str, param: str) -> Sequences:
+    async def _tokenize(self, texts: list[str], input_type: str, param: str,
+                        truncate: bool | None) -> Sequences:
         service = self._service
         card = service.card
+        if truncate is None:
+            truncate = service.settings.truncate
         sequences = await service.tokenize(
             texts, card.templates.get(input_type, ""),
-            card.max_tokens if service.settings.truncate else _UNLIMITED, param)
+            card.max_tokens if truncate else _UNLIMITED, param, truncate)
         first = next((i for i, n in enumerate(sequences.lengths) if n > card.max_tokens), None)
         if first is not None:
-            where = "query" if param == "query" else f"documents[{first}]"
+            where = "query" if param == "query" else f"{param}[{first}]"
             raise RequestError(_too_long(where, sequences.lengths[first], card.max_tokens,
                                          "query" if param == "query" else "document"),
                                param=param, code="context_length_exceeded")
@@ -177,16 +183,16 @@ class Reranker:
         settings = service.settings
         service.check_model(body.model)
         query = parse_query(body.query)
-        documents = parse_documents(body.documents, settings.max_inputs)
+        documents = parse_documents(body.documents, settings.max_inputs, body.field)
         top_n = check_top_n(body.top_n, len(documents))
-        query_ids = await self._tokenize([query], "query", "query")
-        document_ids = await self._tokenize(documents, "document", "documents")
+        query_ids = await self._tokenize([query], "query", "query", body.truncate)
+        document_ids = await self._tokenize(documents, "document", body.field, body.truncate)
         total = query_ids.total_tokens + document_ids.total_tokens
         if total > settings.max_request_tokens:
             raise RequestError(
                 f"the request has {total} tokens (query and documents); at most "
                 f"{settings.max_request_tokens} are accepted per request (--max-request-tokens)",
-                param="documents", code="too_many_tokens")
+                param=body.field, code="too_many_tokens")
         # Each chunk carries the query too, so the documents get the budget less the query.
         chunks = plan_chunks(document_ids.lengths,
                              max(1, service.chunk_budget() - query_ids.total_tokens))

@@ -235,17 +235,19 @@ class Router:
         *,
         dimensions: int | None,
         deadline: float,
+        normalize: bool | None = None,
     ) -> np.ndarray:
         """Embed every sequence; float32 [B, D] in input order.
 
-        `deadline` is in the event loop's clock (`loop.time()`). Raises NoReplicaError,
+        `deadline` is in the event loop's clock (`loop.time()`); `normalize` None leaves it to
+        the model (the server's default). Raises NoReplicaError,
         DeadlineError, RequestError (the server rejected the input), UpstreamOverloadedError
         or UpstreamError.
         """
         self.admit(sequences.total_tokens, deadline)
         starts = sequences.starts()
-        results = await self._all(self._chunk(sequences, starts, chunk, dimensions, deadline)
-                                  for chunk in chunks)
+        results = await self._all(self._chunk(sequences, starts, chunk, dimensions, deadline,
+                                              normalize) for chunk in chunks)
         try:
             return reassemble(chunks, results)
         except ValueError as error:
@@ -258,11 +260,14 @@ class Router:
         chunk: Chunk,
         dimensions: int | None,
         deadline: float,
+        normalize: bool | None,
     ) -> np.ndarray:
         input_ids, cu_seqlens = pack(sequences.input_ids, starts, chunk)
         request = embed_pb2.EmbedRequest(
             input_ids=input_ids, cu_seqlens=cu_seqlens, dimensions=dimensions or 0,
             dtype=embed_pb2.FLOAT32)
+        if normalize is not None:
+            request.normalize = normalize
         response = await self._send("Embed", request, chunk, chunk.tokens, deadline)
         return decode_embeddings(response, chunk.size)
 

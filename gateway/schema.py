@@ -140,49 +140,50 @@ def check_text(text: str, where: str, param: str = "input") -> None:
                                param=param, code="invalid_text") from None
 
 
-def _check_tokens(tokens: list, where: str) -> None:
+def _check_tokens(tokens: list, where: str, name: str = "input") -> None:
     if not tokens:
-        raise RequestError(f"{where} is an empty token list", param="input", code="empty_input")
+        raise RequestError(f"{where} is an empty token list", param=name, code="empty_input")
     for position, token in enumerate(tokens):
         if not _is_token(token):
             raise RequestError(
                 f"{where}[{position}] is {json.dumps(token)[:40]}; token ids are integers",
-                param="input", code="invalid_type")
+                param=name, code="invalid_type")
 
 
-def parse_inputs(value: Any, max_inputs: int) -> Inputs:
-    """Normalize OpenAI's `input` into texts or token-id lists, rejecting malformed forms."""
+def parse_inputs(value: Any, max_inputs: int, name: str = "input") -> Inputs:
+    """Normalize OpenAI's `input` (or another API's field of the same forms, `name`) into
+    texts or token-id lists, rejecting malformed forms."""
     if isinstance(value, str):
-        check_text(value, "input")
+        check_text(value, name, name)
         return Inputs(texts=[value])
     if not isinstance(value, list):
-        raise RequestError(f"input must be {INPUT_SHAPES}; got {kind(value)}",
-                           param="input", code="invalid_type")
+        raise RequestError(f"{name} must be {INPUT_SHAPES}; got {kind(value)}",
+                           param=name, code="invalid_type")
     if not value:
-        raise RequestError("input is an empty list; send at least one input",
-                           param="input", code="empty_input")
+        raise RequestError(f"{name} is an empty list; send at least one input",
+                           param=name, code="empty_input")
     first = value[0]
     if _is_token(first):  # one sequence of token ids
-        _check_tokens(value, "input")
+        _check_tokens(value, name, name)
         return Inputs(token_ids=[value])
     if len(value) > max_inputs:
         raise RequestError(
-            f"input has {len(value)} items; at most {max_inputs} are accepted per request "
-            "(--max-inputs)", param="input", code="too_many_inputs")
+            f"{name} has {len(value)} items; at most {max_inputs} are accepted per request "
+            "(--max-inputs)", param=name, code="too_many_inputs")
     if isinstance(first, str):
         for index, text in enumerate(value):
             if not isinstance(text, str):
-                raise _mixed(index, text, "a string")
-            check_text(text, f"input[{index}]")
+                raise _mixed(index, text, "a string", name)
+            check_text(text, f"{name}[{index}]", name)
         return Inputs(texts=list(value))
     if isinstance(first, list):
         for index, tokens in enumerate(value):
             if not isinstance(tokens, list):
-                raise _mixed(index, tokens, "a list of token ids")
-            _check_tokens(tokens, f"input[{index}]")
+                raise _mixed(index, tokens, "a list of token ids", name)
+            _check_tokens(tokens, f"{name}[{index}]", name)
         return Inputs(token_ids=list(value))
-    raise RequestError(f"input must be {INPUT_SHAPES}; input[0] is {kind(first)}",
-                       param="input", code="invalid_type")
+    raise RequestError(f"{name} must be {INPUT_SHAPES}; {name}[0] is {kind(first)}",
+                       param=name, code="invalid_type")
 
 
 def kind(value: Any) -> str:
@@ -193,10 +194,10 @@ def kind(value: Any) -> str:
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _mixed(index: int, value: Any, expected: str) -> RequestError:
+def _mixed(index: int, value: Any, expected: str, name: str) -> RequestError:
     return RequestError(
-        f"input[{index}] is {kind(value)} but input[0] makes every item {expected}; "
-        f"input must be {INPUT_SHAPES}", param="input", code="invalid_type")
+        f"{name}[{index}] is {kind(value)} but {name}[0] makes every item {expected}; "
+        f"{name} must be {INPUT_SHAPES}", param=name, code="invalid_type")
 
 
 def check_token_range(token_ids: list[list[int]], vocab_size: int) -> None:

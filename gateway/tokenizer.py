@@ -139,5 +139,13 @@ class TextTokenizer:
             self._pool, self.encode_sync, texts, template, max_tokens, truncate
         )
 
+    async def encodings(self, texts: list[str], add_special_tokens: bool) -> list:
+        """The tokenizer's full `Encoding` of each text (ids, tokens, character offsets and
+        the special-token mask), untruncated, for a caller that shows tokens to a person."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool, lambda: self._plain.encode_batch(texts,
+                                                         add_special_tokens=add_special_tokens))
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

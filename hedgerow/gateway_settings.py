@@ -11,9 +11,8 @@ import dataclasses
 from pathlib import Path
 
 from hedgerow.errors import ConfigError
+from hedgerow.logs import LOG_LEVELS, format_setting
 from hedgerow.settings import setting
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +42,22 @@ class GatewaySettings:
         "The `model` name clients send and /v1/models lists. Unset: the model directory's "
         "name, its parent's for a folder named `model` (all-MiniLM-L6-v2 for the packaged "
         "model), as in the server's Info.",
+    )
+    served_model_aliases: tuple[str, ...] = setting(
+        (),
+        "More names the gateway answers to as the served model, comma separated: an app with "
+        "another model's name written in (text-embedding-3-small, say) keeps working after "
+        "only its base URL changes. /v1/models lists them after the served name; answers name "
+        "the served model.",
+        max_items=64,
+    )
+    accept_token_ids: bool = setting(
+        False,
+        "Accept inputs given as token ids (lists of integers) on /v1/embeddings and /embed, "
+        "taken as ids of the served model's own tokenizer. Off, they get 400: the clients "
+        "that send ids unasked (LangChain's OpenAIEmbeddings by default) tokenize with "
+        "OpenAI's tiktoken, whose ids name other tokens in this model's vocabulary and would "
+        "embed as other words.",
     )
     chunk_tokens: int = setting(
         2048,
@@ -141,7 +156,16 @@ class GatewaySettings:
         "Retry-After from the estimate. 0 admits everything and lets requests wait.",
         unit="seconds", minimum=0, maximum=3600,
     )
+    access_log_sample: float = setting(
+        1.0,
+        "Fraction of requests that get an access-log line at INFO (method, route, status, "
+        "tokens, milliseconds; logger hedgerow.gateway.access): 1 logs every request, 0.01 "
+        "one in a hundred at random, 0 none. A line costs 10-20 microseconds of CPU (about 1-2% "
+        "of the gateway's own time per short request); an unsampled request almost none.",
+        unit="fraction", minimum=0, maximum=1,
+    )
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
+    log_format: str = format_setting()
 
     def __post_init__(self) -> None:
         if self.servers and self.service_dns:
@@ -154,6 +178,22 @@ class GatewaySettings:
             parse_address(address, "--servers")
         if self.service_dns:
             parse_address(self.service_dns, "--service-dns")
+        check_model_names(self.served_model_name, self.served_model_aliases)
+
+
+def check_model_names(name: str | None, aliases: tuple[str, ...]) -> None:
+    """ConfigError for a served name with a comma (a list belongs in the aliases) or an empty
+    or padded alias."""
+    if name is not None and "," in name:
+        first, _, rest = name.partition(",")
+        raise ConfigError(
+            f"--served-model-name: {name!r} holds a comma; it is one name. Serve "
+            f"{first.strip()!r} and answer to the others too with --served-model-aliases "
+            f"{rest.replace(' ', '')!r}")
+    for alias in aliases:
+        if not alias or alias != alias.strip():
+            raise ConfigError(f"--served-model-aliases: {alias!r} is not a name (empty, or "
+                              "with spaces around it)")
 
 
 def parse_address(address: str, source: str) -> tuple[str, int]:

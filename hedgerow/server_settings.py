@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hedgerow.errors import ConfigError
 from hedgerow.graph_grid import GraphGrid
+from hedgerow.logs import LOG_LEVELS, format_setting
 from hedgerow.settings import setting
 
 
@@ -102,9 +103,8 @@ class ServerSettings:
         "terminationGracePeriodSeconds.",
         unit="seconds", minimum=0,
     )
-    log_level: str = setting(
-        "info", "Log verbosity.", choices=("debug", "info", "warning", "error"),
-    )
+    log_level: str = setting("info", "Log verbosity.", choices=LOG_LEVELS)
+    log_format: str = format_setting()
 
     def overlap_depth(self) -> int:
         """The number of batches in flight `inflight_batches` resolves to."""

@@ -141,15 +141,16 @@ async def _check_children(ctx: Context, service: Service,
 
 
 async def reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
-                    logger: logging.Logger) -> None:
+                    logger: logging.Logger) -> str:
     """Bring every child to the spec's desired state, then refresh status (one pass at a time
-    per resource)."""
+    per resource). Returns `applied`, or `spec_rejected` when the spec cannot be applied (its
+    conditions say why); an API failure raises kopf.TemporaryError."""
     async with ctx.reconcile_lock(body):
-        await _reconcile(ctx, body, patch, logger)
+        return await _reconcile(ctx, body, patch, logger)
 
 
 async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
-                     logger: logging.Logger) -> None:
+                     logger: logging.Logger) -> str:
     generation = (body.get("metadata") or {}).get("generation")
     service = parse(body)
     try:
@@ -161,7 +162,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         _write_conditions(body, patch, status.invalid_conditions(
             error.reason, error.message, generation),
             status.status_fields(service.model_label, None, generation))
-        return
+        return "spec_rejected"
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
     try:
@@ -177,6 +178,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         await observe(ctx, service, body, patch, generation)
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
+    return "applied"
 
 
 async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,

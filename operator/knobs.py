@@ -52,6 +52,7 @@ SERVER = (
     Knob("graphs.seqBuckets", GpuSettings, "graph_seq_buckets"),
     Knob("graphs.hotSet", GpuSettings, "graph_hot_set", shapes=True),
     Knob("graphs.memoryLimitMiB", GpuSettings, "graph_memory_limit_mib"),
+    Knob("logFormat", ServerSettings, "log_format"),
 )
 
 GATEWAY = (
@@ -61,6 +62,10 @@ GATEWAY = (
     Knob("truncate", GatewaySettings, "truncate"),
     Knob("templates.query", GatewaySettings, "query_template"),
     Knob("templates.document", GatewaySettings, "document_template"),
+    Knob("modelAliases", GatewaySettings, "served_model_aliases"),
+    Knob("acceptTokenIds", GatewaySettings, "accept_token_ids"),
+    Knob("accessLogSample", GatewaySettings, "access_log_sample"),
+    Knob("logFormat", GatewaySettings, "log_format"),
 )
 
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}

@@ -1,7 +1,8 @@
 """`hedgerow operator`: run the Kubernetes operator for EmbeddingServices.
 
-Owns the process: its settings (flags and HEDGEROW_* variables), logging, and running kopf with
-the registered handlers. kopf logs in with the pod's service account, or a kubeconfig
+Owns the process: its settings (flags and HEDGEROW_* variables), logging, running kopf with
+the registered handlers, and the /healthz, /readyz and /metrics endpoint beside it
+(operator/probes.py). kopf logs in with the pod's service account, or a kubeconfig
 (KUBECONFIG or ~/.kube/config) outside a cluster. The operator runs standalone (one replica,
 no kopf peering). Knows nothing about what the handlers do.
 """
@@ -19,6 +20,8 @@ from hedgerow import logs
 from hedgerow import settings as settings_lib
 from hedgerow.addresses import bind_error
 from hedgerow.errors import ConfigError
+from hedgerow.operator import probes
+from hedgerow.operator.metrics import OperatorMetrics
 from hedgerow.operator.names import OPERATOR_HEALTH_PORT, SERVER_HTTP_PORT
 from hedgerow.operator.registration import register
 
@@ -57,12 +60,12 @@ class OperatorSettings:
     )
     health_port: int = settings_lib.setting(
         OPERATOR_HEALTH_PORT,
-        "Port of the liveness endpoint /healthz; 0 turns it off.", unit="TCP port",
+        "Port of /healthz (liveness), /readyz (readiness: 200 once kopf has started) and "
+        "/metrics (reconciliations by outcome); 0 turns them off.", unit="TCP port",
         minimum=0, maximum=65535,
     )
-    log_level: str = settings_lib.setting(
-        "info", "Log verbosity.", choices=("debug", "info", "warning", "error"),
-    )
+    log_level: str = settings_lib.setting("info", "Log verbosity.", choices=logs.LOG_LEVELS)
+    log_format: str = logs.format_setting()
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -71,20 +74,25 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 async def operate(config: OperatorSettings, *, stop_flag: Any = None,
                   ready_flag: Any = None) -> None:
-    """Run kopf until `stop_flag` is set (or forever)."""
+    """Run kopf until `stop_flag` is set (or forever), with the probes' endpoint beside it."""
     registry = kopf.OperatorRegistry()
-    register(registry, config)
-    liveness = (f"http://0.0.0.0:{config.health_port}/healthz"
+    metrics = OperatorMetrics()
+    register(registry, config, metrics)
+    ready = ready_flag if ready_flag is not None else asyncio.Event()
+    endpoint = (await probes.start(config.health_port, ready, metrics)
                 if config.health_port else None)
-    await kopf.operator(
-        registry=registry,
-        standalone=True,
-        clusterwide=not config.namespaces,
-        namespaces=list(config.namespaces),
-        liveness_endpoint=liveness,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            standalone=True,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            stop_flag=stop_flag,
+            ready_flag=ready,
+        )
+    finally:
+        if endpoint is not None:
+            await endpoint.cleanup()
 
 
 def check_credentials() -> None:
@@ -116,7 +124,7 @@ def check_health_port(port: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = settings_lib.load(OperatorSettings, args)
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     check_credentials()
     check_health_port(config.health_port)
     log.info("%s", logs.fields(event="operator.start", **settings_lib.describe(config)))

@@ -7,6 +7,7 @@ does lives in handlers.py; everything it builds in the build_* modules.
 """
 
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -14,6 +15,7 @@ import kopf
 
 from hedgerow.operator import crd, handlers
 from hedgerow.operator.kube import KubeClient
+from hedgerow.operator.metrics import OperatorMetrics
 
 RESOURCE = (crd.GROUP, crd.VERSION, crd.PLURAL)
 
@@ -24,9 +26,23 @@ def needs_namespace_scanning(namespaces: tuple[str, ...]) -> bool:
     return not namespaces or any(char in ns for ns in namespaces for char in "*?[")
 
 
-def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
-    """Register every handler on `registry`; `config` is an OperatorSettings."""
+def register(registry: kopf.OperatorRegistry, config: Any,
+             metrics: OperatorMetrics | None = None) -> handlers.Context:
+    """Register every handler on `registry`; `config` is an OperatorSettings; reconciliations
+    are counted in `metrics`."""
     ctx = handlers.Context(config=config, kube=KubeClient())
+    metrics = metrics or OperatorMetrics()
+
+    async def counted(trigger: str, body: kopf.Body, patch: kopf.Patch,
+                      logger: logging.Logger) -> None:
+        started, outcome = time.perf_counter(), "error"
+        try:
+            outcome = await handlers.reconcile(ctx, body, patch, logger)
+        except kopf.TemporaryError:
+            outcome = "api_error"
+            raise
+        finally:
+            metrics.observe(trigger, outcome, time.perf_counter() - started)
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -58,12 +74,12 @@ def register(registry: kopf.OperatorRegistry, config: Any) -> handlers.Context:
     @kopf.on.update(*RESOURCE, registry=registry)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,
                         **_: Any) -> None:
-        await handlers.reconcile(ctx, body, patch, logger)
+        await counted("event", body, patch, logger)
 
     @kopf.timer(*RESOURCE, interval=config.resync_interval, registry=registry, id="resync")
     async def resync(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,
                      **_: Any) -> None:
-        await handlers.reconcile(ctx, body, patch, logger)
+        await counted("resync", body, patch, logger)
 
     @kopf.timer(*RESOURCE, interval=config.warmup_interval, registry=registry, id="warmup")
     async def track_warmup(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,

@@ -1,7 +1,8 @@
 """The server process's life: listen, load, serve, drain, exit.
 
-Order of events: the gRPC listener (Embedder + grpc.health.v1, health NOT_SERVING) and the
-HTTP listener come up first, so probes get answers while the model loads on a worker thread;
+Order of events: the gRPC listener (Embedder, grpc.health.v1 with health NOT_SERVING, and
+server reflection, so grpcurl and other reflection clients list and call the services without
+the .proto) and the HTTP listener come up first, so probes get answers while the model loads on a worker thread;
 then the scheduling loop starts and health turns SERVING once the engine is loaded and its
 warmup (hot-set capture) has returned. SIGTERM or SIGINT turns health NOT_SERVING, stops
 admitting (new Embed calls get UNAVAILABLE), finishes admitted work within the shutdown
@@ -21,6 +22,7 @@ from typing import Any, Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
 
 from hedgerow.addresses import check_can_listen, host_port
 from hedgerow.defaults import default_model_path
@@ -38,6 +40,9 @@ from hedgerow.server.state import ServerState, warmup_report
 log = logging.getLogger("hedgerow.server")
 
 HEALTH_SERVICES = ("", SERVICE_NAME)  # overall health and the Embedder service
+# What reflection lists: every service this server answers.
+REFLECTED_SERVICES = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                      reflection.SERVICE_NAME)
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -110,6 +115,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     server = grpc.aio.server(options=grpc_options(settings))
     add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(REFLECTED_SERVICES, server)
     address = host_port(settings.host, settings.port)
     check_can_listen(settings.host, settings.port, "gRPC")
     try:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     config = settings.load(ServerSettings, args)
     gpu = settings.load(GpuSettings, args)
     gpu.hot_set()  # a bad graph setting fails at start on CPU too, not later on a GPU
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     log.info("%s", logs.fields(event="server.settings", **settings.describe(config)))
     if config.device != "cpu":
         log.info("%s", logs.fields(event="server.gpu_settings", **settings.describe(gpu)))

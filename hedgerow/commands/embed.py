@@ -1,6 +1,8 @@
 """`hedgerow embed TEXT...`: embed texts with a model directory in this process, print JSON.
 
-Owns the command's settings, tokenization with the model directory's `tokenizer.json`
+With no TEXT arguments the texts are read from standard input, one per line (a line's ending,
+`\n` or `\r\n`, is not part of its text; an empty line is an error naming it). Owns the
+command's settings, reading the texts, tokenization with the model directory's `tokenizer.json`
 (templates applied, truncation off: a text past the model's limit is an error), batching on a
 token budget in input order, and the JSON output. The math is the engine's; this module knows
 nothing about servers or gateways.
@@ -21,8 +23,9 @@ from hedgerow import logs, settings
 from hedgerow.errors import HedgerowError, InvalidInputError, ModelLoadError
 from hedgerow.settings import setting
 
-HELP = ("Embed TEXT arguments with a Hugging Face model directory (default: the packaged "
-        "all-MiniLM-L6-v2) and print the embeddings as JSON.")
+HELP = ("Embed TEXT arguments, or the lines of standard input when none are given, with a "
+        "Hugging Face model directory (default: the packaged all-MiniLM-L6-v2) and print the "
+        "embeddings as JSON.")
 
 log = logging.getLogger("hedgerow.embed")
 
@@ -67,12 +70,14 @@ class EmbedSettings:
         unit="tokens", minimum=1,
     )
     log_level: str = setting("info", "Log verbosity (on stderr; stdout carries only the JSON).",
-                             choices=("debug", "info", "warning", "error"))
+                             choices=logs.LOG_LEVELS)
+    log_format: str = logs.format_setting()
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     settings.add_arguments(parser, EmbedSettings)
-    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to embed")
+    parser.add_argument("texts", nargs="*", metavar="TEXT",
+                        help="texts to embed; none reads one text per line from stdin")
 
 
 def load_tokenizer(directory: Path):
@@ -91,10 +96,27 @@ def load_tokenizer(directory: Path):
     return tokenizer
 
 
+def read_lines(stream) -> list[str]:
+    """One text per line of `stream`, without its line ending; InvalidInputError for an
+    empty line (naming it) or a stream that is a terminal (nothing was piped in)."""
+    if stream.isatty():
+        raise InvalidInputError("no texts given: pass TEXT arguments, or pipe texts in, one "
+                                "per line")
+    texts = []
+    for number, line in enumerate(stream, start=1):
+        text = line.removesuffix("\n").removesuffix("\r")
+        if not text:
+            raise InvalidInputError(f"line {number} of standard input is empty; give one text "
+                                    "per line")
+        texts.append(text)
+    return texts
+
+
 def check_texts(texts: Sequence[str]) -> None:
     """InvalidInputError for an empty list or an empty (or blank) text."""
     if not texts:
-        raise InvalidInputError("no texts given: pass at least one TEXT")
+        raise InvalidInputError("no texts given: pass at least one TEXT, or pipe texts in, one "
+                                "per line")
     for i, text in enumerate(texts):
         if not text:  # whitespace alone is embedded as the tokenizer encodes it, as the API does
             raise InvalidInputError(f"text {i} is empty")
@@ -142,8 +164,8 @@ def batches(sequences: list[list[int]], max_batch_tokens: int) -> list[list[list
 
 def run(args: argparse.Namespace) -> int:
     config: EmbedSettings = settings.load(EmbedSettings, args)
-    logs.configure(config.log_level)
-    texts: list[str] = list(args.texts)
+    logs.configure(config.log_level, config.log_format)
+    texts: list[str] = list(args.texts) or read_lines(sys.stdin)
     check_texts(texts)  # before loading anything: a bad call fails in milliseconds
 
     import numpy as np

@@ -31,7 +31,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hedgerow import logs, settings
 from hedgerow.addresses import bind_error, check_resolves, host_port
 from hedgerow.errors import ConfigError, HedgerowError
-from hedgerow.settings import setting
+from hedgerow.server_settings import ServerSettings
+from hedgerow.settings import field_of, setting
 
 HELP = ("Run the local stack: one embedding server (default model on CPU) and the "
         "OpenAI-compatible gateway on 127.0.0.1:8080. Ctrl-C stops both.")
@@ -57,6 +58,11 @@ class ServeSettings:
         0, "The server's /metrics port; 0 takes 9090 when free, else any free port.",
         minimum=0, maximum=65535)
     device: str = setting("cpu", "Where the server runs the model: cpu, cuda or cuda:N.")
+    dtype: str = setting(
+        field_of(ServerSettings, "dtype").default,
+        "The server's compute dtype (as `hedgerow server --dtype`): auto picks bfloat16 where "
+        "it is faster and close to float32; float32 gives the reference vectors exactly.",
+        choices=field_of(ServerSettings, "dtype").choices)
     startup_timeout: float = setting(
         300.0, "Longest to wait for the server and the gateway to become ready.",
         unit="seconds", minimum=1)
@@ -64,7 +70,10 @@ class ServeSettings:
         40.0, "Longest to wait for each child to exit on stop before killing it.",
         unit="seconds", minimum=1)
     log_level: str = setting("info", "Log level of this process and both children.",
-                             choices=("debug", "info", "warning", "error"))
+                             choices=logs.LOG_LEVELS)
+    log_format: str = setting("text", "Format of the log lines of this process and both "
+                              "children: text (key=value pairs) or json (one object per line).",
+                              choices=logs.LOG_FORMATS)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +81,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def say(message: str) -> None:
-    """A progress line for the person at the terminal."""
+    """A progress line for the person at the terminal (a log record under --log-format json,
+    so every line on stderr is JSON)."""
+    if logs.json_configured():
+        log.info("%s", logs.fields(event="serve.progress", message=message))
+        return
     print(f"hedgerow serve: {message}", file=sys.stderr, flush=True)
 
 
@@ -182,7 +195,7 @@ def gateway_ready(url: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     config = settings.load(ServeSettings, args)
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     if not port_free(config.host, config.port):
         raise ConfigError(f"{config.host}:{config.port} is in use; stop what holds it or pass "
                           "--port")
@@ -213,14 +226,14 @@ def run(args: argparse.Namespace) -> int:
             f"http://127.0.0.1:{http_port}/metrics)")
         server = stack.start(
             "server", "server", *model, "--host", "127.0.0.1", "--port", str(grpc_port),
-            "--http-port", str(http_port), "--device", config.device,
-            "--log-level", config.log_level)
+            "--http-port", str(http_port), "--device", config.device, "--dtype", config.dtype,
+            "--log-level", config.log_level, "--log-format", config.log_format)
         if stack.wait_until("server", server, lambda: server_serving(server_address)):
             say(f"the server (pid {server.pid}) is SERVING; starting the gateway")
             gateway = stack.start(
                 "gateway", "gateway", *model, "--servers", server_address,
                 "--host", config.host, "--port", str(config.port),
-                "--log-level", config.log_level)
+                "--log-level", config.log_level, "--log-format", config.log_format)
             if stack.wait_until("gateway", gateway, lambda: gateway_ready(url)):
                 say(f"the gateway (pid {gateway.pid}) is ready")
                 say(f"ready: POST {url}/v1/embeddings (OpenAI-compatible). Ctrl-C stops.")

@@ -70,7 +70,10 @@ def test_rendered_manifests_validate(values):
             admit(doc)  # the schema, unknown fields refused, and every CEL rule
         elif doc["kind"] in NO_OFFLINE_SCHEMA:
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
-            assert doc["spec"]["endpoints"][0]["port"] == "metrics"
+            component = doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+            # The ports the operator names on each component's Service.
+            assert doc["spec"]["endpoints"][0]["port"] == {"server": "metrics",
+                                                           "gateway": "http"}[component]
         else:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
@@ -116,11 +119,44 @@ def test_the_charts_operator_defaults_are_the_operators_own():
     assert values["resyncIntervalSeconds"] == OperatorSettings.resync_interval
     assert values["warmupIntervalSeconds"] == OperatorSettings.warmup_interval
     assert values["logLevel"] == OperatorSettings.log_level
+    assert values["logFormat"] == OperatorSettings.log_format
     assert values["watchNamespaces"] == list(OperatorSettings.namespaces)
     deployment = next(d for d in render() if d["kind"] == "Deployment")
     env = {e["name"]: e["value"]
            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["HEDGEROW_HEALTH_PORT"] == str(OperatorSettings.health_port)
+
+
+def test_service_monitors_carry_extra_labels_and_cover_gateways():
+    """kube-prometheus-stack's Prometheus selects monitors by its `release` label."""
+    docs = render(CHART / "ci" / "autoscaling-values.yaml",
+                  extra=("--set", "serviceMonitor.labels.release=monitoring"))
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
+    assert set(monitors) == {"hedgerow-servers", "hedgerow-gateways"}
+    assert all(m["metadata"]["labels"]["release"] == "monitoring" for m in monitors.values())
+    from hedgerow.operator.build_gateway import build_gateway_service
+    from hedgerow.operator.spec import parse
+    from tests.operator.test_defaults import BARE
+
+    service = build_gateway_service(parse(BARE))
+    selector = monitors["hedgerow-gateways"]["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitors["hedgerow-gateways"]["spec"]["endpoints"][0]["port"] in [
+        port["name"] for port in service["spec"]["ports"]]
+    only_servers = render(CHART / "ci" / "autoscaling-values.yaml",
+                          extra=("--set", "serviceMonitor.gateways=false"))
+    assert [d["metadata"]["name"] for d in only_servers
+            if d["kind"] == "ServiceMonitor"] == ["hedgerow-servers"]
+    bad = helm("template", "x", str(CHART), "--set", "serviceMonitor.labels.bad key=x")
+    assert bad.returncode != 0
+
+
+def test_the_operator_is_probed_for_readiness_on_its_health_port():
+    deployment = next(d for d in render() if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["HEDGEROW_LOG_FORMAT"] == "text"
 
 
 def test_adapter_rule_exposes_the_metric_the_hpa_reads():

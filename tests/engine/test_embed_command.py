@@ -16,9 +16,9 @@ from tests.conftest import hedgerow_command
 TEXTS = ["A hedgerow is a line of closely spaced shrubs.", "Bees", "Rain fell on the fields."]
 
 
-def _run(subprocess_env, *args):
+def _run(subprocess_env, *args, stdin=""):
     done = subprocess.run(hedgerow_command("embed", *args), capture_output=True, text=True,
-                          env=subprocess_env, timeout=120)
+                          env=subprocess_env, timeout=120, input=stdin)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -48,6 +48,20 @@ def test_missing_model_path_subprocess(subprocess_env, tmp_path):
 def test_no_texts_subprocess(subprocess_env):
     code, out, err = _run(subprocess_env)
     assert code == 2 and "no texts given" in err and "Traceback" not in err
+
+
+def test_texts_piped_one_per_line_embed_as_arguments_do(subprocess_env):
+    code, piped, err = _run(subprocess_env, "--log-level", "error",
+                            stdin="\r\n".join(TEXTS) + "\n")
+    assert code == 0, err
+    _, given, _ = _run(subprocess_env, "--log-level", "error", *TEXTS)
+    assert json.loads(piped) == json.loads(given)
+
+
+def test_an_empty_piped_line_is_named(subprocess_env):
+    code, out, err = _run(subprocess_env, stdin="one\n\nthree\n")
+    assert code == 2 and out == ""
+    assert "line 2 of standard input is empty" in err and "Traceback" not in err
 
 
 def test_model_path_from_the_environment_subprocess(subprocess_env, tmp_path):

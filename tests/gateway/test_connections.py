@@ -60,7 +60,8 @@ def metric(client, route: str, status: int) -> float:
 @pytest.fixture
 def quick(gateway_factory, standins):
     return gateway_factory(servers=[standins[0].address], head_timeout=0.5, body_timeout=0.5,
-                           keep_alive_timeout=0.5, max_body_bytes=10_000)
+                           keep_alive_timeout=0.5, max_body_bytes=10_000,
+                           accept_token_ids=True)
 
 
 def test_a_stalled_body_gets_408_and_the_connection_closes(quick):

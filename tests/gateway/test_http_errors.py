@@ -26,7 +26,7 @@ def assert_error(answer, status, *, param=..., code=..., says=""):
 @pytest.fixture
 def client(gateway_factory, standins):
     return gateway_factory(servers=[standins[0].address], max_inputs=50,
-                           max_request_tokens=400, max_body_bytes=20_000)
+                           max_request_tokens=400, max_body_bytes=20_000, accept_token_ids=True)
 
 
 def post(client, body):

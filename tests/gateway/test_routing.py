@@ -231,7 +231,7 @@ def test_server_templates_apply_to_input_type(standins, gateway_factory):
 
 
 def test_truncate_cuts_long_inputs_instead_of_refusing(standins, gateway_factory):
-    client = gateway_factory(truncate=True)
+    client = gateway_factory(truncate=True, accept_token_ids=True)
     answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "word " * 600})
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["prompt_tokens"] == 512  # the stand-in's Info max_tokens

@@ -1,7 +1,9 @@
-"""`hedgerow operator` as a real process against kmock: it reconciles, serves /healthz, stops
-cleanly on SIGTERM, and refuses bad settings with a one-line error."""
+"""`hedgerow operator` as a real process against kmock: it reconciles, serves /healthz, /readyz
+and /metrics (reconciliations counted), logs JSON when asked, stops cleanly on SIGTERM, and
+refuses bad settings with a one-line error."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +21,8 @@ pytestmark = pytest.mark.slow
 async def test_operator_process_reconciles_and_stops_on_sigterm(kube_api, subprocess_env):
     port = free_port()
     env = {**subprocess_env, "KUBECONFIG": str(kube_api.kubeconfig),
-           "HEDGEROW_RESYNC_INTERVAL": "0.5", "HEDGEROW_HEALTH_PORT": str(port)}
+           "HEDGEROW_RESYNC_INTERVAL": "0.5", "HEDGEROW_HEALTH_PORT": str(port),
+           "HEDGEROW_LOG_FORMAT": "json"}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-P", "-m", "hedgerow", "operator", "--warmup-interval", "0.5",
         "--warmup-port", str(kube_api.warmup.port), env=env,
@@ -31,20 +34,31 @@ async def test_operator_process_reconciles_and_stops_on_sigterm(kube_api, subpro
                                                timeout=60)
         assert deployment["spec"]["template"]["spec"]["containers"][0]["args"] == ["gateway"]
 
-        async def healthy():
+        async def answer(path: str) -> tuple[int, str]:
             try:
                 async with aiohttp.ClientSession() as session:
-                    async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
-                        return response.status == 200
+                    async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                        return response.status, await response.text()
             except aiohttp.ClientError:
-                return False
+                return 0, ""
 
-        assert await kube_api.eventually(healthy, "/healthz answering 200")
+        async def healthy():
+            return (await answer("/healthz"))[0] == 200 and (await answer("/readyz"))[0] == 200
+
+        assert await kube_api.eventually(healthy, "/healthz and /readyz answering 200")
+
+        async def counted():
+            metrics = (await answer("/metrics"))[1]
+            return any(line.startswith('hedgerow_operator_reconciles_total{outcome="applied"')
+                       and not line.endswith(" 0.0") for line in metrics.splitlines())
+
+        assert await kube_api.eventually(counted, "an applied reconciliation counted")
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 0, output.decode()[-3000:]
-    assert b"event=operator.start" in output
+    lines = [json.loads(line) for line in output.decode().splitlines() if line.startswith("{")]
+    assert any(line.get("event") == "operator.start" for line in lines), output.decode()[-3000:]
 
 
 def test_bad_settings_exit_2_with_one_line(subprocess_env):

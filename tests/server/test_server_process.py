@@ -312,3 +312,20 @@ def test_auto_dtype_is_reported_with_its_reason(start_server):
     if not cpu_has_native_bfloat16():
         assert info.dtype == "float32"
     assert f"dtype={info.dtype}" in server.log_text()
+
+
+def test_reflection_lists_and_describes_the_services(server):
+    """What grpcurl does: list the services, then resolve a method's messages, with no .proto."""
+    from google.protobuf import descriptor_pool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    with grpc.insecure_channel(server.address) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        assert set(database.get_services()) == {
+            "hedgerow.v1.Embedder", "grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection"}
+        pool = descriptor_pool.DescriptorPool(database)
+        embed = pool.FindServiceByName("hedgerow.v1.Embedder").FindMethodByName("Embed")
+        assert [f.name for f in embed.input_type.fields][:2] == ["input_ids", "cu_seqlens"]

