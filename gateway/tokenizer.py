@@ -110,10 +110,9 @@ class TextTokenizer:
         if template:
             texts = [template + text for text in texts]
         tokenizer = self._truncating_tokenizer(max_tokens) if truncate else self._plain
-        if len(texts) == 1:  # a batch call hands even one text to a thread pool and back
-            ids = [tokenizer.encode(texts[0]).ids]
-        else:
-            ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
+        # encode_batch_fast even for one text: it skips the offsets, a third of the time on a
+        # long text, and releases the GIL, which `encode` holds for the whole text.
+        ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
         sequences = Sequences.from_lists(ids)
         if not truncate:
             first = next((i for i, n in enumerate(sequences.lengths) if n > max_tokens), None)
