@@ -19,10 +19,11 @@ from hedgerow.gateway.router import Router, least_loaded
 MODEL = "all-MiniLM-L6-v2"
 
 
-def replica(name, tokens=0, ready=True, last=0, bound=0):
+def replica(name, tokens=0, ready=True, last=0, bound=0, space=""):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
                                  last_chosen=last, removed=False, busy_until=0.0,
-                                 info=types.SimpleNamespace(max_inflight_tokens=bound),
+                                 info=types.SimpleNamespace(max_inflight_tokens=bound,
+                                                            space=space),
                                  throughput=Throughput())
 
 
@@ -391,7 +392,7 @@ def test_waiters_ahead_keep_what_they_could_use_and_only_that():
 
     async def newcomer(ahead_excludes):
         router = Router(source, GatewayMetrics())
-        router._waiting.append((object(), ahead_excludes))  # a chunk already waiting
+        router._waiting.append((object(), ahead_excludes, None))  # a chunk already waiting
         loop = asyncio.get_running_loop()
         return await router._send("Embed", None, chunk, 10, loop.time() + 0.3)
 
