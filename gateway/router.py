@@ -1,14 +1,15 @@
 """Send a request's chunks to the least-loaded ready replicas and gather the results in order.
 
-Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the
-query and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently
-with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
-picked longest ago) among those with room under their admission bound, waiting for room when
-none has it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) is
-retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that replica briefly and
-the chunk waits for room again (up to four times, then 429); every call carries the request's
-remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere
-else.
+Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the query
+and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently with
+the others, to the ready replica with the fewest in-flight tokens (ties go to the one picked
+longest ago) among those with room under their admission bound, waiting for room when none has
+it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) or CANCELLED (the
+server stopped before it answered: this gateway's own cancellations raise asyncio.CancelledError
+instead) is retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that replica
+briefly and the chunk waits for room again (up to four times, then 429); every call carries the
+request's remaining time as its gRPC deadline. gRPC failures become the gateway's errors here
+and nowhere else.
 
 No answer mixes two embedding spaces. Every server names the space of its vectors (its Info's
 and each answer's `space`, a fingerprint); during a rollout two may serve at once. A request of
@@ -53,6 +54,9 @@ log = logging.getLogger("hedgerow.gateway.router")
 # Score are pure functions of their input, so a chunk may be sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
+# Codes that say the server did not take the chunk: it is down, going, or stopped before it
+# answered. The chunk is safe to send elsewhere (an embedding is the same wherever computed).
+GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 # After each RESOURCE_EXHAUSTED answer, the replica is left alone this long; one more such
 # answer for a chunk than there are pauses becomes a 429.
 BUSY_PAUSES_S = (0.05, 0.1, 0.2, 0.4)
@@ -403,7 +407,7 @@ class Router:
                 code = error.code()
                 self._count_chunk(replica, code.name)
                 retry = False
-                if code == grpc.StatusCode.UNAVAILABLE:
+                if code in GONE:
                     replica.suspect(error.details() or code.name)
                     unavailable.append(replica)
                     ready = self._replicas.ready()
@@ -450,7 +454,7 @@ class Router:
             return DeadlineError("the request took longer than its deadline")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return UpstreamOverloadedError(f"every embedding server is busy ({detail}); retry")
-        if code == grpc.StatusCode.UNAVAILABLE:
+        if code in GONE:
             return NoReplicaError(f"embedding server {replica.address} is unavailable and no "
                                   "other server could take the work; retry shortly")
         return UpstreamError(f"embedding server {replica.address} failed: {code.name} {detail}")
