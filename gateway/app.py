@@ -6,9 +6,11 @@ OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and
 and Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
 Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info`, `/health`,
 `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`. Operations:
-`GET /healthz`, `/readyz`, `/metrics`. Request logic lives in `service.py` and `rerank.py`,
-the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in `http.py` and `protocol.py`;
-errors are translated in `http_errors.py`, in the shape of the route's API.
+`GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings names their space in
+the header `x-embedding-space` (OpenAI's body also in `embedding_space`). Request logic lives in
+`service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in
+`http.py` and `protocol.py`; errors are translated in `http_errors.py`, in the shape of the
+route's API.
 """
 
 import asyncio

@@ -13,7 +13,7 @@ import pytest
 
 from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import SpaceConflictError
-from hedgerow.gateway.http_errors import answer_for
+from hedgerow.gateway.http_errors import Style, answer_for
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.tokenizer import Sequences
@@ -43,6 +43,20 @@ def test_one_chunk_answers_name_the_space_that_embedded_them(two_spaces, gateway
             two_spaces[marker]
         seen.add(marker)
     assert seen == {1.0, 2.0}, "equal replicas take turns, whatever their space"
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v2/embed", {"texts": ["hedge", "row"], "input_type": "search_document"}),
+    ("/embed", {"inputs": ["hedge", "row"]}),
+    ("/", {"inputs": "hedge"}),
+    ("/similarity", {"inputs": {"source_sentence": "hedge", "sentences": ["row", "bank"]}}),
+], ids=["cohere", "tei-embed", "tei-root", "tei-similarity"])
+def test_every_embeddings_route_names_the_space_in_a_header(two_spaces, gateway_factory, path,
+                                                             body):
+    client = gateway_factory()
+    answer = client.post(path, json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-embedding-space"] in two_spaces.values()
 
 
 def test_a_request_of_many_chunks_never_mixes_two_spaces(two_spaces, gateway_factory):
@@ -106,7 +120,10 @@ def test_a_request_whose_space_is_gone_is_refused_with_409_not_finished_in_anoth
     assert suspected, "the replica whose answer named another space is asked for Info again"
 
 
-def test_the_conflict_is_a_409_with_its_own_code():
+def test_the_conflict_is_a_409_with_its_own_code_on_every_route():
     status, body, _ = answer_for(SpaceConflictError("mixing"))
     assert status == 409
     assert b'"code":"embedding_space_changed"' in body and b'"type":"conflict_error"' in body
+    for style in (Style.TEI, Style.COHERE):  # TEI's routes would make a failed backend 424
+        status, body, _ = answer_for(SpaceConflictError("mixing"), style)
+        assert status == 409 and b"mixing" in body
