@@ -48,7 +48,8 @@ class GoldenSet:
     fingerprint: str
     dimensions: int
     texts: tuple[str, ...]
-    vectors: tuple[tuple[float, ...], ...] | None  # [len(texts)][dimensions]; None: fingerprint only
+    # [len(texts)][dimensions]; None: the fingerprint alone defines the space
+    vectors: tuple[tuple[float, ...], ...] | None
     input_type: str | None = None  # the template applied to every text (None: none)
     recorded_with: dict[str, str] = dataclasses.field(default_factory=dict)
 

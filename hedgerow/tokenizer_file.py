@@ -34,7 +34,7 @@ def load_tokenizer(directory: Path):
 def check_texts(texts: Sequence[str]) -> None:
     """InvalidInputError for an empty list or an empty (or blank) text."""
     if not texts:
-        raise InvalidInputError("no texts given: pass at least one TEXT")
+        raise InvalidInputError("no texts given")
     for i, text in enumerate(texts):
         if not text:  # whitespace alone is embedded as the tokenizer encodes it, as the API does
             raise InvalidInputError(f"text {i} is empty")

@@ -1,11 +1,11 @@
 """Wire messages to arrays and back: the only place that knows the byte layouts.
 
-In: `EmbedRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian
-[B+1] become a checked `WireBatch` (numpy arrays) plus the request's options. Out: float32
-[B, D] rows, postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked
-dtype, become the bytes of an EmbedResponse, written straight from the rows (no message object
-in between), with the answer's constant tail (the space's fingerprint) appended as bytes
-written once at start. Everything is numpy: on a request's few rows a torch call costs more than the
+In: `EmbedRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian [B+1]
+become a checked `WireBatch` (numpy arrays) plus the request's options. Out: float32 [B, D]
+rows, postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked dtype,
+become the bytes of an EmbedResponse, written straight from the rows (no message object in
+between), with the answer's constant tail (the space's fingerprint) appended as bytes written
+once at start. Everything is numpy: on a request's few rows a torch call costs more than the
 arithmetic. Knows nothing about scheduling or gRPC status codes: problems are raised as
 InvalidInputError with a message for the caller.
 """

@@ -1,14 +1,14 @@
 """The gRPC Embedder servicer: convert, call, convert back; errors translated in one place.
 
-`Embed` decodes and validates the request (ragged layout, per-request token limit, the
-model's vocabulary and length checks, dimensions and dtype), submits it to the scheduling loop
-with the call's deadline, awaits the rows and answers the response's bytes, written straight
-from them, ending with the space's fingerprint (bytes written once at start). `Score` does the same with a query and its documents (server/score.py), then ranks
-the documents by cosine on the engine thread (device work never runs elsewhere). `Info`
-reports the engine's model and the fingerprint of its embedding space. Every HedgerowError becomes its status code in `_abort`; nothing
-else is caught. `add_to_server` registers it with decoders that turn bytes that are no valid
-message into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
-internals.
+`Embed` decodes and validates the request (ragged layout, per-request token limit, the model's
+vocabulary and length checks, dimensions and dtype), submits it to the scheduling loop with the
+call's deadline, awaits the rows and answers the response's bytes, written straight from them,
+ending with the space's fingerprint (bytes written once at start). `Score` does the same with a
+query and its documents (server/score.py), then ranks the documents by cosine on the engine
+thread (device work never runs elsewhere). `Info` reports the engine's model and the fingerprint
+of its embedding space. Every HedgerowError becomes its status code in `_abort`; nothing else is
+caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
+into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's internals.
 """
 
 import asyncio

@@ -34,7 +34,6 @@ log = logging.getLogger("hedgerow.guard")
 
 SPACE_HEADER = "x-embedding-space"
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +63,8 @@ class RecordSettings:
         False, "Record the texts and the fingerprint, without vectors: the servers must then "
         "report that exact fingerprint (same model, dtype and numerics), where vectors admit "
         "any replica within spec.guard.minCosine.")
-    log_level: str = setting("info", "Log verbosity (on stderr).", choices=LOG_LEVELS)
+    log_level: str = setting("info", "Log verbosity (on stderr).", choices=logs.LOG_LEVELS)
+    log_format: str = logs.format_setting()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,8 @@ class CheckSettings:
                                   secret=True)
     timeout: float = setting(60.0, "Longest wait for the gateway's answer.", unit="seconds",
                              minimum=0.1)
-    log_level: str = setting("info", "Log verbosity (on stderr).", choices=LOG_LEVELS)
+    log_level: str = setting("info", "Log verbosity (on stderr).", choices=logs.LOG_LEVELS)
+    log_format: str = logs.format_setting()
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -115,8 +116,10 @@ def read_texts(path: Path | None) -> list[str]:
         return space.probe_texts()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"--texts {path}: cannot read it: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"--texts {path}: cannot read it: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--texts {path} is not UTF-8 text") from None
     texts = [line for line in lines if line.strip()]
     if not texts:
         raise ConfigError(f"--texts {path} holds no text (one text per line)")
@@ -127,11 +130,15 @@ def read_texts(path: Path | None) -> list[str]:
 
 
 def record(config: RecordSettings) -> int:
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     if not DNS_SUBDOMAIN.match(config.name) or len(config.name) > 253:
         raise ConfigError(f"--name {config.name!r} is not a ConfigMap name (lowercase letters, "
                           "digits, '-' and '.')")
-    texts = read_texts(config.texts)  # before loading anything: a bad file fails at once
+    # Before loading anything: a bad file or folder fails at once.
+    texts = read_texts(config.texts)
+    if config.output is not None and not config.output.parent.is_dir():
+        raise ConfigError(f"--output {config.output}: the folder {config.output.parent} does "
+                          "not exist")
 
     from hedgerow.defaults import default_model_path
     from hedgerow.engine.engine import Engine
@@ -215,7 +222,7 @@ def _error_message(error: urllib.error.HTTPError) -> str:
 
 
 def check(config: CheckSettings, url: str) -> int:
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.log_format)
     if config.golden is None:
         raise ConfigError("pass --golden FILE: the golden set to check against")
     try:

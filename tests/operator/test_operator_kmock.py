@@ -265,17 +265,39 @@ async def test_a_replica_whose_space_does_not_match_stays_out_while_a_matching_o
     assert cond["reason"] == "GoldenSetMatches" and "2/2 server pods match" in cond["message"]
 
 
-async def test_a_missing_golden_set_gets_a_clear_condition_and_no_children(cluster):
+def _config_map(name, data):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+            "metadata": {"name": name, "namespace": "ml", "resourceVersion": "1"}}
+
+
+@pytest.mark.parametrize("config_map, reason, said", [
+    (None, handlers.GOLDEN_SET_MISSING,
+     ["ConfigMap 'golden' (spec.guard.configMap) does not exist", "hedgerow guard record"]),
+    (_config_map("golden", {"other.json": "{}"}), handlers.GOLDEN_SET_INVALID,
+     ["ConfigMap 'golden' has no key 'golden-set.json' (spec.guard.key)"]),
+    (_config_map("golden", {"golden-set.json": '{"format": "hedgerow.dev/golden-set/v1"}'}),
+     handlers.GOLDEN_SET_INVALID,
+     ["ConfigMap 'golden' key 'golden-set.json': model must be a non-empty string"]),
+    (_config_map("golden", {"golden-set.json": "texts: [a]"}), handlers.GOLDEN_SET_INVALID,
+     ["ConfigMap 'golden' key 'golden-set.json' is not JSON"]),
+], ids=["missing", "no-key", "malformed", "not-json"])
+async def test_a_missing_or_malformed_golden_set_gets_a_clear_condition_and_no_children(
+        cluster, config_map, reason, said):
+    if config_map is not None:
+        await cluster.post("/api/v1/namespaces/ml/configmaps", config_map)
     body = cluster.resource("lost")
-    body["spec"]["guard"] = {"configMap": "nowhere"}
+    body["spec"]["guard"] = {"configMap": "golden"}
     await cluster.post(cluster.cr_path, body)
 
     async def rejected():
         cond = await _condition(cluster, "lost", "Ready")
-        return cond if cond and cond["reason"] == handlers.GOLDEN_SET_MISSING else None
+        return cond if cond and cond["reason"] == reason else None
 
-    cond = await cluster.eventually(rejected, "Ready=False GoldenSetNotFound")
-    assert "'nowhere'" in cond["message"] and "hedgerow guard record" in cond["message"]
+    cond = await cluster.eventually(rejected, f"Ready=False {reason}")
+    for words in said:
+        assert words in cond["message"], cond["message"]
+    assert "Traceback" not in cond["message"]
+    assert await _events(cluster, reason)
     assert await cluster.get(cluster.child_path("apps/v1", "deployments", "lost-server")) is None
 
 
