@@ -112,6 +112,16 @@ class Checkpoint:
         self._handles.clear()
 
 
+def weight_files(directory: Path) -> list[Path]:
+    """The files the weights are read from (the index and its shards, or the one file), in
+    name order; ModelLoadError as for loading when there are none."""
+    files = set(Checkpoint._index(directory).values())
+    index = directory / INDEX_FILE
+    if index.is_file():
+        files.add(index)
+    return sorted(files)
+
+
 def _open(path: Path, device: str):
     """safe_open(path) on `device`; a truncated or corrupt file is a ModelLoadError."""
     try:

@@ -55,6 +55,7 @@ class Engine:
         self._attention = attention
         self._gpu = gpu  # the CUDA step path (graphs, bucketing, overlap); None on CPU
         self.device = loaded.device
+        self.config = loaded.config  # the model's math (BertConfig or Qwen3Config)
         self.info = ModelInfo(
             name=loaded.name,
             architecture=loaded.architecture,

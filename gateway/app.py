@@ -6,9 +6,11 @@ OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and
 and Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
 Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info`, `/health`,
 `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`. Operations:
-`GET /healthz`, `/readyz`, `/metrics`. Request logic lives in `service.py` and `rerank.py`,
-the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in `http.py` and `protocol.py`;
-errors are translated in `http_errors.py`, in the shape of the route's API.
+`GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings names their space in
+the header `x-embedding-space` (OpenAI's body also in `embedding_space`). Request logic lives in
+`service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in
+`http.py` and `protocol.py`; errors are translated in `http_errors.py`, in the shape of the
+route's API.
 """
 
 import asyncio
@@ -33,7 +35,7 @@ from hedgerow.gateway.schema import (
     json_object,
     tokenize_body,
 )
-from hedgerow.gateway.service import EmbeddingService
+from hedgerow.gateway.service import Embedded, EmbeddingService
 from hedgerow.gateway.settings import GatewaySettings
 from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.logs import fields
@@ -41,9 +43,16 @@ from hedgerow.logs import fields
 log = logging.getLogger("hedgerow.gateway")
 
 TIMEOUT_HEADER = b"x-request-timeout"
+# Names the embedding space of an answer's vectors (also the body's `embedding_space`).
+SPACE_HEADER = b"x-embedding-space"
 OPENAI_TIMEOUT_HEADER = b"x-stainless-read-timeout"
 # Responses with more floats than this are JSON-encoded off the event loop.
 INLINE_ENCODE_VALUES = 64 * 1024
+
+
+def space_header(result: Embedded) -> tuple[tuple[bytes, bytes], ...]:
+    """The header that names the embedding space of an answer's vectors."""
+    return ((SPACE_HEADER, result.space.encode()),)
 
 
 def _seconds(raw: str | None) -> float | None:
@@ -122,16 +131,18 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                      input_type=body.input_type, deadline=deadline(request))
         encode = functools.partial(
             embeddings_body, result.embeddings, model=service.card.name,
-            prompt_tokens=result.prompt_tokens, encoding_format=body.encoding_format)
-        return await encoded(encode, result.embeddings.size, result.prompt_tokens)
+            prompt_tokens=result.prompt_tokens, encoding_format=body.encoding_format,
+            space=result.space)
+        return await encoded(encode, result)
 
-    async def encoded(encode, values: int, tokens: int) -> Response:
-        """The body `encode()` writes; a large one is encoded in a thread so the event loop
-        keeps serving."""
-        if values <= INLINE_ENCODE_VALUES:
-            return Response(encode(), tokens=tokens)
+    async def encoded(encode, result: Embedded) -> Response:
+        """The body `encode()` writes, with the header naming the vectors' space; a large one
+        is encoded in a thread so the event loop keeps serving."""
+        headers = space_header(result)
+        if result.embeddings.size <= INLINE_ENCODE_VALUES:
+            return Response(encode(), headers=headers, tokens=result.prompt_tokens)
         return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
-                        tokens=tokens)
+                        headers=headers, tokens=result.prompt_tokens)
 
     @app.route("POST", "/v1/rerank")
     async def rerank(request: Request) -> Response:
@@ -193,7 +204,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                      deadline=deadline(request), param="texts")
         return await encoded(functools.partial(cohere.embed_body, result.embeddings, body.texts,
                                                body.embedding_types, result.prompt_tokens),
-                             result.embeddings.size, result.prompt_tokens)
+                             result)
 
     @app.route("POST", "/v2/rerank", errors=Style.COHERE)
     async def cohere_rerank(request: Request) -> Response:
@@ -210,8 +221,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                          body.prompt_name),
                                      truncate=body.truncate, normalize=body.normalize,
                                      deadline=deadline(request), param="inputs")
-        return await encoded(functools.partial(tei.embed_body, result.embeddings),
-                             result.embeddings.size, result.prompt_tokens)
+        return await encoded(functools.partial(tei.embed_body, result.embeddings), result)
 
     async def tei_similarity(request: Request, raw: dict) -> Response:
         body = tei.SimilarityRequest.parse(raw, settings.max_inputs)
@@ -221,7 +231,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                                                "parameters.prompt_name"),
                                      truncate=body.truncate, deadline=deadline(request),
                                      param="inputs.sentences")
-        return Response(tei.similarity_body(result.embeddings), tokens=result.prompt_tokens)
+        return Response(tei.similarity_body(result.embeddings), headers=space_header(result),
+                        tokens=result.prompt_tokens)
 
     @app.route("POST", "/embed", errors=Style.TEI)
     async def embed(request: Request) -> Response:

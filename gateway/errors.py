@@ -38,6 +38,11 @@ class UpstreamOverloadedError(OverloadedError):
         self.retry_after = retry_after
 
 
+class SpaceConflictError(HedgerowError):
+    """Finishing the request would mix two embedding spaces in one answer: the servers of its
+    space left while its chunks were out, during a rollout (409; retrying lands in one)."""
+
+
 class UpstreamError(HedgerowError):
     """A server failed in a way that is not the client's fault (502)."""
 

@@ -5,7 +5,8 @@ OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`; TEI's 
 TEI's `{"error": message, "error_type": ...}` with TEI's statuses (422 for invalid input, 400
 for an empty one, 424 for a failed backend); Cohere's routes answer `{"message": ...}`. Client
 errors are 4xx with a specific message, never a 500 and never a traceback; 503 and 429 carry
-Retry-After. Knows nothing about how requests are handled.
+Retry-After. A request that would mix two embedding spaces is 409 on every route (TEI has no
+such answer; a retry lands in one space). Knows nothing about how requests are handled.
 """
 
 import enum
@@ -18,6 +19,7 @@ from hedgerow.gateway.errors import (
     AuthenticationError,
     DeadlineError,
     ModelNotFoundError,
+    SpaceConflictError,
     UpstreamError,
 )
 
@@ -41,6 +43,7 @@ _STATUS: tuple[tuple[type[HedgerowError], int, str, str | None, str], ...] = (
     (OverloadedError, 429, "overloaded_error", "overloaded", "Overloaded"),
     (NotReadyError, 503, "service_unavailable_error", "no_ready_replica", "Unhealthy"),
     (DeadlineError, 504, "timeout_error", "deadline_exceeded", "Backend"),
+    (SpaceConflictError, 409, "conflict_error", "embedding_space_changed", "Backend"),
     (UpstreamError, 502, "server_error", "upstream_error", "Backend"),
     (HedgerowError, 500, "server_error", None, "Backend"),
 )
@@ -93,7 +96,7 @@ def answer_for(error: HedgerowError, style: Style = Style.OPENAI) -> Answer:
     if style is Style.TEI:
         if status == 400 and code == _TEI_EMPTY_CODE:
             tei_type = "Empty"
-        elif not isinstance(error, RouteError):
+        elif not isinstance(error, (RouteError, SpaceConflictError)):
             status = _TEI_STATUS.get(tei_type, status)
         return status, orjson.dumps({"error": message, "error_type": tei_type}), headers
     if style is Style.COHERE:

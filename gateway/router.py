@@ -1,14 +1,24 @@
 """Send a request's chunks to the least-loaded ready replicas and gather the results in order.
 
-Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the
-query and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently
-with the others, to the ready replica with the fewest in-flight tokens (ties go to the one
-picked longest ago) among those with room under their admission bound, waiting for room when
-none has it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) is
-retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that replica briefly and
-the chunk waits for room again (up to four times, then 429); every call carries the request's
-remaining time as its gRPC deadline. gRPC failures become the gateway's errors here and nowhere
-else. Knows nothing about HTTP or tokenization; gets sequences already cut into chunks.
+Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the query
+and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently with
+the others, to the ready replica with the fewest in-flight tokens (ties go to the one picked
+longest ago) among those with room under their admission bound, waiting for room when none has
+it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) or CANCELLED (the
+server stopped before it answered: this gateway's own cancellations raise asyncio.CancelledError
+instead) is retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that replica
+briefly and the chunk waits for room again (up to four times, then 429); every call carries the
+request's remaining time as its gRPC deadline. gRPC failures become the gateway's errors here
+and nowhere else.
+
+No answer mixes two embedding spaces. Every server names the space of its vectors (its Info's
+and each answer's `space`, a fingerprint); during a rollout two may serve at once. A request of
+one chunk goes to any replica and carries the space that answered it. A request of several is
+bound to one space when it starts (the least-loaded ready replica's): its chunks go only to
+replicas of that space, an answer in another space (a server that restarted since its Info)
+is retried on a replica of the right one, and when none is left the request fails with
+SpaceConflictError (409) rather than finish in another space. Knows nothing about HTTP or
+tokenization; gets sequences already cut into chunks.
 """
 
 import array
@@ -28,6 +38,7 @@ from hedgerow.gateway.errors import (
     DeadlineError,
     NoReplicaError,
     RequestError,
+    SpaceConflictError,
     UpstreamError,
     UpstreamOverloadedError,
 )
@@ -43,10 +54,23 @@ log = logging.getLogger("hedgerow.gateway.router")
 # Score are pure functions of their input, so a chunk may be sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
+# Codes that say the server did not take the chunk: it is down, going, or stopped before it
+# answered. The chunk is safe to send elsewhere (an embedding is the same wherever computed).
+GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 # After each RESOURCE_EXHAUSTED answer, the replica is left alone this long; one more such
 # answer for a chunk than there are pauses becomes a 429.
 BUSY_PAUSES_S = (0.05, 0.1, 0.2, 0.4)
 T = TypeVar("T")
+
+
+def space_of(replica: Replica) -> str:
+    """The fingerprint of the space the replica's Info reports ("" for a server without one)."""
+    return replica.info.space if replica.info is not None else ""
+
+
+def in_space(replicas: Sequence[Replica], space: str | None) -> list[Replica]:
+    """The replicas of `space`; all of them when `space` is None (any space will do)."""
+    return list(replicas) if space is None else [r for r in replicas if space_of(r) == space]
 
 
 def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = (),
@@ -149,23 +173,36 @@ class Router:
             replica.last_chosen = next(self._picks)
         return replica
 
-    async def _reserve(self, tokens: int, exclude: Sequence[Replica], deadline: float
-                       ) -> Replica:
-        """The least-loaded ready replica (not in `exclude`) with room for `tokens`, those
-        tokens counted on it. When every one is full with this
+    def _request_space(self, chunks: int) -> str | None:
+        """The space a request of `chunks` chunks is bound to: None (any) for one chunk, which
+        cannot mix spaces; else the least-loaded ready replica's."""
+        if chunks < 2:
+            return None
+        ready = self._replicas.ready()
+        first = least_loaded(ready) or (ready[0] if ready else None)
+        return None if first is None else space_of(first)
+
+    async def _reserve(self, tokens: int, exclude: Sequence[Replica], deadline: float,
+                       space: str | None = None) -> Replica:
+        """The least-loaded ready replica of `space` (None: any) not in `exclude` with room
+        for `tokens`, those tokens counted on it. When every one is full with this
         gateway's work, wait for room (a large request is paced to the servers' admission
         bounds instead of being turned away as busy) until the deadline, first come, first
         served: a replica an earlier waiter could use is left to it, so a large chunk is never
         overtaken forever by small ones (a retry that excludes a replica does not hold that
-        replica back from the others). NoReplicaError when none is ready."""
+        replica back from the others). NoReplicaError when none is ready; SpaceConflictError
+        when only replicas of other spaces are."""
         loop = asyncio.get_running_loop()
-        entry, queued = (object(), tuple(exclude)), False
+        entry, queued = (object(), tuple(exclude), space), False
         try:
             while True:
                 ready = self._replicas.ready()
-                if not any(all(r is not x for x in exclude) for r in ready):
+                fits = in_space(ready, space)
+                if not any(all(r is not x for x in exclude) for r in fits):
+                    if any(all(r is not x for x in exclude) for r in ready):
+                        raise self._conflict(space, ready)
                     raise NoReplicaError(NO_REPLICA_MESSAGE)
-                replica = self.choose(exclude, tokens, among=self._left_for(entry, ready))
+                replica = self.choose(exclude, tokens, among=self._left_for(entry, fits))
                 if replica is not None:
                     self._count(replica, tokens)
                     return replica
@@ -192,13 +229,28 @@ class Router:
 
     def _left_for(self, entry, ready: list[Replica]) -> list[Replica]:
         """The ready replicas no waiter ahead of `entry` (all of them, for a newcomer) could
-        use: those every earlier waiter excludes."""
+        use: those every earlier waiter excludes or, bound to another space, cannot take."""
         ahead = []
         for waiting in self._waiting:
             if waiting is entry:
                 break
-            ahead.append(waiting[1])
-        return [r for r in ready if all(any(r is x for x in excluded) for excluded in ahead)]
+            ahead.append(waiting)
+
+        def usable(replica: Replica, waiting) -> bool:
+            _, excluded, wanted = waiting
+            return (all(replica is not x for x in excluded)
+                    and (wanted is None or space_of(replica) == wanted))
+
+        return [r for r in ready if not any(usable(r, waiting) for waiting in ahead)]
+
+    @staticmethod
+    def _conflict(space: str | None, ready: Sequence[Replica]) -> SpaceConflictError:
+        others = sorted({space_of(r) for r in ready} - {space})
+        return SpaceConflictError(
+            f"the embedding servers of this request's space ({space or 'unnamed'}) left while "
+            f"its chunks were out, and finishing it on servers of another space "
+            f"({', '.join(o or 'unnamed' for o in others)}) would mix two embedding spaces in "
+            "one answer; retry the request (a rollout is under way)")
 
     @staticmethod
     def _recheck_in(ready: list[Replica]) -> float:
@@ -236,20 +288,22 @@ class Router:
         dimensions: int | None,
         deadline: float,
         normalize: bool | None = None,
-    ) -> np.ndarray:
-        """Embed every sequence; float32 [B, D] in input order.
+    ) -> tuple[np.ndarray, str]:
+        """Embed every sequence: (float32 [B, D] in input order, the fingerprint of the one
+        space every row was embedded in).
 
         `deadline` is in the event loop's clock (`loop.time()`); `normalize` None leaves it to
-        the model (the server's default). Raises NoReplicaError,
-        DeadlineError, RequestError (the server rejected the input), UpstreamOverloadedError
-        or UpstreamError.
+        the model (the server's default). Raises NoReplicaError, DeadlineError, RequestError
+        (the server rejected the input), UpstreamOverloadedError, SpaceConflictError or
+        UpstreamError.
         """
         self.admit(sequences.total_tokens, deadline)
         starts = sequences.starts()
+        space = self._request_space(len(chunks))
         results = await self._all(self._chunk(sequences, starts, chunk, dimensions, deadline,
-                                              normalize) for chunk in chunks)
+                                              normalize, space) for chunk in chunks)
         try:
-            return reassemble(chunks, results)
+            return reassemble(chunks, [rows for rows, _ in results]), results[0][1]
         except ValueError as error:
             raise UpstreamError(str(error)) from None
 
@@ -261,15 +315,16 @@ class Router:
         dimensions: int | None,
         deadline: float,
         normalize: bool | None,
-    ) -> np.ndarray:
+        space: str | None,
+    ) -> tuple[np.ndarray, str]:
         input_ids, cu_seqlens = pack(sequences.input_ids, starts, chunk)
         request = embed_pb2.EmbedRequest(
             input_ids=input_ids, cu_seqlens=cu_seqlens, dimensions=dimensions or 0,
             dtype=embed_pb2.FLOAT32)
         if normalize is not None:
             request.normalize = normalize
-        response = await self._send("Embed", request, chunk, chunk.tokens, deadline)
-        return decode_embeddings(response, chunk.size)
+        response = await self._send("Embed", request, chunk, chunk.tokens, deadline, space)
+        return decode_embeddings(response, chunk.size), response.space
 
     async def score(
         self,
@@ -289,8 +344,9 @@ class Router:
         """
         self.admit(documents.total_tokens + len(query) * len(chunks), deadline)
         starts = documents.starts()
+        space = self._request_space(len(chunks))
         return await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
-                                                 deadline) for chunk in chunks)
+                                                 deadline, space) for chunk in chunks)
 
     async def _all(self, calls: Iterable[Awaitable[T]]) -> list[T]:
         """Run the per-chunk calls concurrently; the first failure cancels the others.
@@ -319,24 +375,26 @@ class Router:
         chunk: Chunk,
         top_n: int,
         deadline: float,
+        space: str | None,
     ) -> tuple[np.ndarray, np.ndarray]:
         input_ids, cu_seqlens = pack_with_query(query, documents.input_ids, starts, chunk)
         wanted = min(top_n, chunk.size)
         request = embed_pb2.ScoreRequest(input_ids=input_ids, cu_seqlens=cu_seqlens,
                                          top_n=wanted)
         tokens = chunk.tokens + len(query)
-        response = await self._send("Score", request, chunk, tokens, deadline)
+        response = await self._send("Score", request, chunk, tokens, deadline, space)
         local, scores = decode_scores(response, wanted, chunk.size)
         return local + chunk.start, scores
 
-    async def _send(self, method: str, request, chunk: Chunk, tokens: int, deadline: float):
-        """Call `method` with `request` on the least-loaded replica with room, retrying as the
-        module docstring says."""
+    async def _send(self, method: str, request, chunk: Chunk, tokens: int, deadline: float,
+                    space: str | None = None):
+        """Call `method` with `request` on the least-loaded replica of `space` (None: any)
+        with room, retrying as the module docstring says."""
         loop = asyncio.get_running_loop()
         unavailable: list[Replica] = []  # left out of this chunk's further tries
         busy_answers = 0
         while True:
-            replica = await self._reserve(tokens, unavailable, deadline)
+            replica = await self._reserve(tokens, unavailable, deadline, space)
             remaining = deadline - loop.time()
             ok = False
             try:
@@ -349,11 +407,15 @@ class Router:
                 code = error.code()
                 self._count_chunk(replica, code.name)
                 retry = False
-                if code == grpc.StatusCode.UNAVAILABLE:
+                if code in GONE:
                     replica.suspect(error.details() or code.name)
                     unavailable.append(replica)
                     ready = self._replicas.ready()
-                    retry = len(unavailable) == 1 and least_loaded(ready, unavailable) is not None
+                    retry = len(unavailable) == 1 and least_loaded(
+                        in_space(ready, space), unavailable) is not None
+                    if not retry and len(unavailable) == 1 and least_loaded(
+                            ready, unavailable) is not None:
+                        raise self._conflict(space, ready) from None
                 elif (code == grpc.StatusCode.RESOURCE_EXHAUSTED
                       and busy_answers < len(BUSY_PAUSES_S)):
                     # The server holds more than this gateway counts: other gateways' work,
@@ -371,6 +433,15 @@ class Router:
                 raise self._translate(error, replica) from None
             finally:
                 self._release(replica, tokens, ok)
+            if space is not None and response.space != space:
+                # The server restarted in another space since its Info: ask for Info again,
+                # and find this chunk a replica of the request's space (_reserve raises
+                # SpaceConflictError when there is none).
+                self._count_chunk(replica, "SPACE_CHANGED")
+                replica.suspect(f"answered in space {response.space or 'unnamed'}, its Info "
+                                f"said {space or 'unnamed'}")
+                unavailable.append(replica)
+                continue
             self._count_chunk(replica, "OK")
             return response
 
@@ -383,7 +454,7 @@ class Router:
             return DeadlineError("the request took longer than its deadline")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return UpstreamOverloadedError(f"every embedding server is busy ({detail}); retry")
-        if code == grpc.StatusCode.UNAVAILABLE:
+        if code in GONE:
             return NoReplicaError(f"embedding server {replica.address} is unavailable and no "
                                   "other server could take the work; retry shortly")
         return UpstreamError(f"embedding server {replica.address} failed: {code.name} {detail}")

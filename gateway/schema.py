@@ -212,12 +212,14 @@ def check_token_range(token_ids: list[list[int]], vocab_size: int) -> None:
 
 
 def embeddings_body(
-    embeddings: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str
+    embeddings: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str,
+    space: str = ""
 ) -> bytes:
     """The JSON body of an embeddings response; `embeddings` is float32 [B, D] in input order.
 
     Floats are written in the shortest text that reads back as the same float32; base64 is the
-    little-endian float32 bytes of each row, as OpenAI encodes it.
+    little-endian float32 bytes of each row, as OpenAI encodes it. `space` (the fingerprint of
+    the vectors' embedding space) is the field `embedding_space`, which OpenAI's clients ignore.
     """
     rows = np.ascontiguousarray(embeddings, dtype="<f4")
     if encoding_format == "base64":
@@ -229,6 +231,7 @@ def embeddings_body(
         "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)],
         "model": model,
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+        "embedding_space": space,
     }
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 

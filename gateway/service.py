@@ -36,6 +36,7 @@ TOKEN_IDS_REFUSED = (
 class Embedded:
     embeddings: np.ndarray  # float32 [B, D], input order
     prompt_tokens: int
+    space: str  # fingerprint of the embedding space every row lives in
 
 
 class EmbeddingService:
@@ -171,8 +172,8 @@ class EmbeddingService:
         sequences = await self.sequences(raw_input, input_type, truncate=truncate,
                                          template=template, param=param)
         chunks = plan_chunks(sequences.lengths, self.chunk_budget())
-        embeddings = await self.router.embed(sequences, chunks, dimensions=dimensions,
-                                             deadline=deadline, normalize=normalize)
+        embeddings, space = await self.router.embed(sequences, chunks, dimensions=dimensions,
+                                                    deadline=deadline, normalize=normalize)
         self.metrics.tokens.inc(sequences.total_tokens)
         self.metrics.inputs.inc(len(sequences.lengths))
-        return Embedded(embeddings, sequences.total_tokens)
+        return Embedded(embeddings, sequences.total_tokens, space)

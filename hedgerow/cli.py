@@ -16,6 +16,7 @@ from hedgerow.errors import HedgerowError
 COMMANDS = {
     "serve": ("hedgerow.commands.serve", "run the local stack: one server and the gateway"),
     "embed": ("hedgerow.commands.embed", "embed texts with a model and print JSON"),
+    "guard": ("hedgerow.commands.guard", "record a golden set, or check a gateway against one"),
     "server": ("hedgerow.server.main", "run the gRPC embedding server (one per GPU)"),
     "gateway": ("hedgerow.gateway.main", "run the HTTP gateway in front of servers"),
     "operator": ("hedgerow.operator.main", "run the Kubernetes operator"),

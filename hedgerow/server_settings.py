@@ -103,6 +103,15 @@ class ServerSettings:
         "terminationGracePeriodSeconds.",
         unit="seconds", minimum=0,
     )
+    golden_set: Path | None = setting(
+        None,
+        "Golden set to check this server's embedding space against at start (the "
+        "golden-set.json that `hedgerow guard record` writes, or its ConfigMap as JSON): its "
+        "texts are embedded before the server reports SERVING and /warmup reports the smallest "
+        "cosine to its vectors, which the operator holds to spec.guard.minCosine. Costs one "
+        "pass over its texts at start. Unset: no check (the fingerprint is reported anyway).",
+        unit="path",
+    )
     log_level: str = setting("info", "Log verbosity.", choices=LOG_LEVELS)
     log_format: str = format_setting()
 

@@ -1,18 +1,24 @@
 """The /warmup contract between a server and the operator, and the one definition of "warm".
 
 Owns the fields of a server's `GET /warmup` that anything acts on (`loaded`, `serving`,
-`hot_set`, `hot_set_captured`, `captured`, `error`), the hot set's coverage, and what "warm"
-means: the model is loaded and its hot CUDA graphs are captured, or the server is SERVING
-(its warmup returned; a hot-set shape it could not capture, over the graph memory limit or a
-failed capture, runs eagerly, slower but correct, so waiting for full coverage would keep it
-out of traffic for good). The server builds its report here and the operator parses it here.
-The body carries more (graph-cache detail, step counts) for people; nothing acts on that.
+`hot_set`, `hot_set_captured`, `captured`, `error`, `space`, `golden`), the hot set's coverage,
+what "warm" means: the model is loaded and its hot CUDA graphs are captured, or the server is
+SERVING (its warmup returned; a hot-set shape it could not capture, over the graph memory limit
+or a failed capture, runs eagerly, slower but correct, so waiting for full coverage would keep
+it out of traffic for good); and whether a server's space matches its golden set
+(`space_verdict`: the smallest cosine of its vectors to the golden set's at least the minimum,
+or, for a golden set of a fingerprint alone, the same fingerprint). The server builds its
+report here and the operator parses and judges it here. The body carries more (graph-cache
+detail, step counts, the facts behind the fingerprint) for people; nothing acts on that.
 Plain data: no torch, no gRPC, no HTTP.
 """
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping
+
+from hedgerow import space as space_format
 
 
 class WarmupReportError(ValueError):
@@ -25,6 +31,25 @@ def hot_set_coverage(captured: int, hot_set: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class GoldenCheck:
+    """What a server measured against its golden set, at start."""
+
+    fingerprint: str  # the fingerprint the golden set was recorded in
+    texts: int  # texts in the golden set
+    min_cosine: float | None = None  # smallest cosine to the recorded vectors; None: it has none
+    problem: str | None = None  # why the texts could not be embedded here (then: no match)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceVerdict:
+    """Whether a server's space matches its golden set; `matches` None: not checked."""
+
+    matches: bool | None
+    message: str
+    min_cosine: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class WarmupReport:
     loaded: bool  # the model is loaded and the engine exists
     serving: bool = False  # health SERVING: warmup has returned and not shutting down
@@ -32,6 +57,8 @@ class WarmupReport:
     hot_set_captured: int = 0
     captured: int = 0  # graphs captured so far, hot set or lazily
     error: str | None = None  # why loading failed, when it did
+    space: str | None = None  # the fingerprint of this server's space, once loaded
+    golden: GoldenCheck | None = None  # the golden-set check, when one was configured
 
     @property
     def coverage(self) -> float:
@@ -61,17 +88,47 @@ class WarmupReport:
         """The JSON object /warmup answers: `details` for people, then the contract's fields."""
         out = dict(details)
         out.update(dataclasses.asdict(self), coverage=self.coverage)
-        if self.error is None:
-            del out["error"]
+        for name in ("error", "golden"):
+            if out[name] is None:
+                del out[name]
         return out
 
 
-def from_engine(engine_report: Mapping[str, Any], *, serving: bool) -> WarmupReport:
-    """The report of a loaded engine, from its own counters (Engine.warmup_report)."""
+def space_verdict(report: WarmupReport, minimum: float) -> SpaceVerdict:
+    """Judge `report`'s golden-set check against the smallest cosine `minimum`."""
+    if report.golden is None:
+        return SpaceVerdict(None, "the server reports no golden-set check: its image predates "
+                                  "the guard, or it was started without --golden-set")
+    return judge(report.space, report.golden, minimum)
+
+
+def judge(space: str | None, golden: GoldenCheck, minimum: float) -> SpaceVerdict:
+    """Whether vectors of the space `space`, measured against a golden set as `golden`
+    says, match it: the smallest cosine at least `minimum`; for a golden set without vectors,
+    the same fingerprint. One rule for the operator's gate and `hedgerow guard check`."""
+    if golden.problem:
+        return SpaceVerdict(False, f"the golden set cannot be embedded here: {golden.problem}")
+    spaces = f"space {space}, golden set recorded in {golden.fingerprint}"
+    if golden.min_cosine is None:
+        same = space == golden.fingerprint
+        relation = "equal" if same else "differ (the golden set holds no vectors: they must " \
+                                        "be equal)"
+        return SpaceVerdict(same, f"{spaces}: fingerprints {relation}")
+    matches = golden.min_cosine >= minimum
+    return SpaceVerdict(matches, f"smallest cosine to the golden set's {golden.texts} vectors "
+                                 f"{golden.min_cosine:.6f} ({'at least' if matches else 'below'} "
+                                 f"the minimum {minimum}); {spaces}", golden.min_cosine)
+
+
+def from_engine(engine_report: Mapping[str, Any], *, serving: bool, space: str | None = None,
+                golden: GoldenCheck | None = None) -> WarmupReport:
+    """The report of a loaded engine, from its own counters (Engine.warmup_report), with the
+    fingerprint of its space and its golden-set check."""
     return WarmupReport(loaded=True, serving=serving,
                         hot_set=int(engine_report.get("hot_set", 0)),
                         hot_set_captured=int(engine_report.get("hot_set_captured", 0)),
-                        captured=int(engine_report.get("captured", 0)))
+                        captured=int(engine_report.get("captured", 0)), space=space,
+                        golden=golden)
 
 
 def parse_report(raw: bytes) -> WarmupReport:
@@ -94,5 +151,31 @@ def parse_report(raw: bytes) -> WarmupReport:
             raise WarmupReportError(f"/warmup field {name!r} is not a count: {value!r}")
         counts[name] = value
     error = data.get("error")
+    fingerprint = data.get("space")
+    if fingerprint is not None and not space_format.is_fingerprint(fingerprint):
+        raise WarmupReportError(f"/warmup field 'space' is not a fingerprint: {fingerprint!r}")
     return WarmupReport(loaded=data["loaded"], serving=data.get("serving", False),
-                        error=str(error) if error else None, **counts)
+                        error=str(error) if error else None, space=fingerprint,
+                        golden=_golden(data.get("golden")), **counts)
+
+
+def _golden(data: Any) -> GoldenCheck | None:
+    """The `golden` object of a /warmup body (absent: no golden set configured)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise WarmupReportError("/warmup field 'golden' is not an object")
+    fingerprint, texts = data.get("fingerprint"), data.get("texts")
+    if not space_format.is_fingerprint(fingerprint):
+        raise WarmupReportError(f"/warmup golden.fingerprint is not a fingerprint: "
+                                f"{fingerprint!r}")
+    if isinstance(texts, bool) or not isinstance(texts, int) or texts < 0:
+        raise WarmupReportError(f"/warmup golden.texts is not a count: {texts!r}")
+    cosine = data.get("min_cosine")
+    if cosine is not None and (isinstance(cosine, bool) or not isinstance(cosine, (int, float))
+                               or not math.isfinite(cosine)):
+        raise WarmupReportError(f"/warmup golden.min_cosine is not a number: {cosine!r}")
+    problem = data.get("problem")
+    return GoldenCheck(fingerprint=fingerprint, texts=texts,
+                       min_cosine=None if cosine is None else float(cosine),
+                       problem=str(problem) if problem else None)

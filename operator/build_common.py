@@ -34,9 +34,9 @@ def config_hash(config: dict) -> str:
 
 
 def pod_template_metadata(service: Service, component: names.Component, config: dict,
-                          metrics_port: int) -> dict:
+                          metrics_port: int, extra: dict[str, str] | None = None) -> dict:
     """A pod template's labels and annotations: the ConfigMap `config`'s hash (so a settings
-    change rolls the pods) and where Prometheus scrapes /metrics."""
+    change rolls the pods), where Prometheus scrapes /metrics, and `extra` annotations."""
     return {
         "labels": names.labels(service, component),
         "annotations": {
@@ -44,6 +44,7 @@ def pod_template_metadata(service: Service, component: names.Component, config: 
             "prometheus.io/scrape": "true",
             "prometheus.io/port": str(metrics_port),
             "prometheus.io/path": "/metrics",
+            **(extra or {}),
         },
     }
 

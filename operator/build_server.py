@@ -3,7 +3,9 @@
 Pure functions from a defaulted `Service` to dicts; no I/O, no cluster. The Deployment carries
 the GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator's warmup
 tracking), gRPC readiness and startup probes on 50051, a preStop pause that lets gateways drop
-the pod from DNS before SIGTERM starts the drain, and a non-root, read-only container. When an
+the pod from DNS before SIGTERM starts the drain, a non-root, read-only container, and, with
+`spec.guard`, the golden set's ConfigMap mounted where `--golden-set` reads it (its digest an
+annotation, so re-recording it rolls the servers, which check it at start). When an
 HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
 takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when that starts).
 """
@@ -11,7 +13,7 @@ takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when t
 import math
 import re
 
-from hedgerow import settings
+from hedgerow import golden_set, settings
 from hedgerow.operator import knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
@@ -22,6 +24,9 @@ from hedgerow.operator.spec import Service
 # Seconds past the drain and the server's own shutdown grace before the kubelet kills the pod.
 KILL_MARGIN_SECONDS = 10
 STARTUP_PERIOD_SECONDS = 10
+GOLDEN_SET_VOLUME = "golden-set"
+GOLDEN_SET_DIR = "/etc/hedgerow/golden-set"
+GOLDEN_SET_PATH = f"{GOLDEN_SET_DIR}/{golden_set.CONFIG_MAP_KEY}"
 
 
 def server_env(service: Service) -> dict[str, str]:
@@ -36,6 +41,8 @@ def server_env(service: Service) -> dict[str, str]:
         settings.env_name("device"): "cuda" if server["gpus"] > 0 else "cpu",
         **knobs.env(knobs.SERVER, server),
     }
+    if "guard" in service.spec:
+        env[settings.env_name("golden_set")] = GOLDEN_SET_PATH
     if server["gpus"] == 0:
         env[settings.env_name("cpu_threads")] = str(cpu_threads(server["cpu"]))
     return env
@@ -109,12 +116,24 @@ def _container(service: Service, mounts: list[dict]) -> dict:
     return container
 
 
-def build_server_deployment(service: Service, config: dict) -> dict:
+def build_server_deployment(service: Service, config: dict,
+                            golden_set_digest: str | None = None) -> dict:
     """The server Deployment; `config` is build_server_config's ConfigMap (hashed into the
-    pod template so a settings change rolls the pods)."""
+    pod template so a settings change rolls the pods); `golden_set_digest` is the golden
+    set's content digest (with `spec.guard`), an annotation for the same reason."""
     server = service.spec["server"]
     volumes, mounts = volumes_and_mounts(service)
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
+    annotations = {}
+    guard = service.spec.get("guard")
+    if guard is not None:
+        volumes.append({"name": GOLDEN_SET_VOLUME, "configMap": {
+            "name": guard["configMap"],
+            "items": [{"key": guard["key"], "path": golden_set.CONFIG_MAP_KEY}]}})
+        mounts.append({"name": GOLDEN_SET_VOLUME, "mountPath": GOLDEN_SET_DIR,
+                       "readOnly": True})
+        if golden_set_digest:
+            annotations[names.GOLDEN_SET_HASH_ANNOTATION] = golden_set_digest
     pod_spec = {
         "securityContext": pod_security_context(),
         "terminationGracePeriodSeconds": server["drainSeconds"] + KILL_MARGIN_SECONDS
@@ -134,7 +153,7 @@ def build_server_deployment(service: Service, config: dict) -> dict:
                      "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "template": {
             "metadata": pod_template_metadata(service, "server", config,
-                                              names.SERVER_HTTP_PORT),
+                                              names.SERVER_HTTP_PORT, annotations),
             "spec": pod_spec,
         },
     }

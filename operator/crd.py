@@ -1,7 +1,8 @@
 """The EmbeddingService CRD: its schema, defaults and CEL rules, in one place.
 
 Owns the `hedgerow.dev/v1alpha1` EmbeddingService API: the fields that are the operator's own
-(the model, images, resources, scheduling, autoscaling, warmup) with their types, bounds,
+(the model, images, resources, scheduling, autoscaling, warmup, the guard of the embedding
+space, whose default minimum cosine is hedgerow/golden_set.py's) with their types, bounds,
 defaults and descriptions; the process settings it exposes, generated from their one definition
 by knobs.py; the cross-field rules, each written once as CEL for the API server (the graph rules
 from hedgerow.graph_grid's arithmetic); the status shape; printer columns. `build_crd()`
@@ -13,10 +14,11 @@ import json
 
 import yaml
 
+from hedgerow import golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import knobs
 from hedgerow.operator.schema import (
-    array, boolean, integer, obj, quantity, rule, string, string_map,
+    array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
 
 GROUP = "hedgerow.dev"
@@ -37,7 +39,7 @@ MAX_NAME_LENGTH = 40
 CHILD_SUFFIXES = ("-server", "-gateway")
 # Paths the builders mount in every pod (build_common, build_server, build_gateway): the model
 # volume must not land on one of them.
-RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys")
+RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set")
 
 # What the API server checks on the children (names of Secrets, PVCs, PriorityClasses; label
 # and taint keys and values): checked here so such a spec is refused on apply.
@@ -285,19 +287,41 @@ WARMUP = obj(
     default={},
 )
 
+GUARD = obj(
+    {
+        "configMap": string("ConfigMap in this namespace holding the golden set (`hedgerow "
+                            "guard record` writes it).", min_length=1, max_length=253,
+                            pattern=DNS_SUBDOMAIN),
+        "key": string("Key of the ConfigMap that holds the golden set.",
+                      default=golden_set.CONFIG_MAP_KEY, min_length=1, max_length=253,
+                      pattern=SECRET_KEY),
+        "minCosine": number("Smallest cosine a new server's vector of each golden text must "
+                            "keep to the recorded one. A golden set without vectors asks for "
+                            "the same fingerprint instead.",
+                            default=golden_set.DEFAULT_MIN_COSINE, minimum=0.0, maximum=1.0),
+    },
+    "The golden set that defines this service's embedding space: each new server embeds its "
+    "texts at start, and its readiness gate stays closed (condition SpaceMatches=False) "
+    "until they match. Needs warmup.readinessGate.",
+    required=("configMap",),
+)
+
 SPEC = obj(
     {"model": _model(), "server": _server(), "gateway": _gateway(), "autoscaling": AUTOSCALING,
-     "warmup": WARMUP},
+     "warmup": WARMUP, "guard": GUARD},
     "Desired state of an EmbeddingService.",
     required=("model", "server", "gateway"),
     rules=(rule("self.gateway.chunkTokens <= self.server.maxRequestTokens",
                 "gateway.chunkTokens must not exceed server.maxRequestTokens, or chunks would "
-                "be refused"),),
+                "be refused"),
+           rule("!has(self.guard) || self.warmup.readinessGate",
+                "guard needs warmup.readinessGate: true, the gate that keeps a server whose "
+                "space does not match out of traffic")),
 )
 
 CONDITION = obj(
     {
-        "type": string("Ready, Progressing or GraphsWarm."),
+        "type": string("Ready, Progressing, GraphsWarm or SpaceMatches."),
         "status": string("True, False or Unknown.", enum=("True", "False", "Unknown")),
         "reason": string("One CamelCase word."),
         "message": string("Human-readable detail."),
@@ -317,7 +341,8 @@ STATUS = obj(
         "warmReplicas": integer("Server pods whose hot CUDA graphs are captured."),
         "gatewayReadyReplicas": integer("Gateway pods ready for traffic."),
         "conditions": {
-            "type": "array", "description": "Ready, Progressing and GraphsWarm.",
+            "type": "array", "description": "Ready, Progressing, GraphsWarm and, with "
+                                            "spec.guard, SpaceMatches.",
             "items": CONDITION,
             "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
         },
@@ -355,6 +380,8 @@ PRINTER_COLUMNS = [
      "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
     {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas"},
+    {"name": "Space", "type": "string",
+     "jsonPath": '.status.conditions[?(@.type=="SpaceMatches")].status'},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

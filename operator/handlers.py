@@ -3,12 +3,14 @@ write status.
 
 Owns the order of work for one EmbeddingService and nothing else: what the children contain
 comes from the build_* modules, what a condition means from status.py, what "warm" means from
-hedgerow.warmup_report (through warmup.py), how to talk to the API from kube.py. The spec itself
+hedgerow.warmup_report (through warmup.py; so does whether a server's space matches the golden
+set of `spec.guard`), how to talk to the API from kube.py. The spec itself
 was validated by the API server (the CRD's schema and CEL rules). Reconciliation is level-based
 and idempotent: every call applies the whole desired state (server-side apply), so create,
 update, resume and the drift-repair timer all run the same `reconcile`. A spec that cannot be
-reconciled for a reason no schema can see (a missing PVC, a child name another object holds, a
-child the API server's validation or admission refuses, all asked before any write) becomes
+reconciled for a reason no schema can see (a missing PVC, a missing or malformed golden set, a
+child name another object holds, a child the API server's validation or admission refuses, all
+asked before any write) becomes
 `Ready=False` with a reason and an event, and no child is touched: nothing half-built, no retry
 loop. Other API failures raise kopf.TemporaryError, which kopf retries with a delay.
 """
@@ -22,12 +24,15 @@ from typing import Any, Mapping
 import aiohttp
 import kopf
 
+from hedgerow import golden_set
 from hedgerow.operator import names, status, warmup
 from hedgerow.operator.kube import ApiError, KubeClient
 from hedgerow.operator.manifests import build_all, unwanted
 from hedgerow.operator.spec import Service, parse
 
 MODEL_VOLUME_MISSING = "ModelVolumeNotFound"
+GOLDEN_SET_MISSING = "GoldenSetNotFound"
+GOLDEN_SET_INVALID = "GoldenSetInvalid"
 NAME_CONFLICT = "ChildNameTaken"
 REJECTED = "RejectedByApiServer"
 # Answers that say "this object, as written, will not be accepted" (validation, admission,
@@ -94,18 +99,37 @@ def _write_conditions(body: Mapping[str, Any], patch: kopf.Patch, conditions: li
     _announce(body, status.transitions(old, conditions))
 
 
-async def _preflight(ctx: Context, service: Service) -> None:
-    """Checks the schema cannot make: the model's PVC must exist."""
+async def _preflight(ctx: Context, service: Service) -> str | None:
+    """Checks the schema cannot make: the model's PVC must exist; the golden set `spec.guard`
+    names must exist and be one. Returns the golden set's content digest (None without a
+    guard)."""
     claim = service.spec["model"].get("persistentVolumeClaim")
-    if claim is None:
-        return
-    found = await ctx.kube.get("v1", "PersistentVolumeClaim", service.namespace,
-                               claim["claimName"])
+    if claim is not None:
+        found = await ctx.kube.get("v1", "PersistentVolumeClaim", service.namespace,
+                                   claim["claimName"])
+        if found is None:
+            raise SpecError(MODEL_VOLUME_MISSING,
+                            f"PersistentVolumeClaim {claim['claimName']!r} (spec.model."
+                            f"persistentVolumeClaim.claimName) does not exist in namespace "
+                            f"{service.namespace!r}")
+    guard = service.spec.get("guard")
+    if guard is None:
+        return None
+    name, key = guard["configMap"], guard["key"]
+    found = await ctx.kube.get("v1", "ConfigMap", service.namespace, name)
     if found is None:
-        raise SpecError(MODEL_VOLUME_MISSING,
-                        f"PersistentVolumeClaim {claim['claimName']!r} (spec.model."
-                        f"persistentVolumeClaim.claimName) does not exist in namespace "
-                        f"{service.namespace!r}")
+        raise SpecError(GOLDEN_SET_MISSING,
+                        f"ConfigMap {name!r} (spec.guard.configMap) does not exist in namespace "
+                        f"{service.namespace!r}; write it with `hedgerow guard record`")
+    raw = (found.get("data") or {}).get(key)
+    if raw is None:
+        raise SpecError(GOLDEN_SET_INVALID,
+                        f"ConfigMap {name!r} has no key {key!r} (spec.guard.key)")
+    try:
+        golden_set.parse(raw, f"ConfigMap {name!r} key {key!r}")
+    except golden_set.GoldenSetError as error:
+        raise SpecError(GOLDEN_SET_INVALID, str(error)) from None
+    return golden_set.content_digest(raw)
 
 
 async def _check_children(ctx: Context, service: Service,
@@ -154,8 +178,8 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     generation = (body.get("metadata") or {}).get("generation")
     service = parse(body)
     try:
-        await _preflight(ctx, service)
-        manifests = build_all(service)
+        golden_digest = await _preflight(ctx, service)
+        manifests = build_all(service, golden_digest)
         live = await _check_children(ctx, service, manifests)
     except SpecError as error:
         logger.warning("spec rejected: %s: %s", error.reason, error.message)
@@ -230,8 +254,8 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
                                 names.server_name(service))
     gateway = await ctx.kube.get("apps/v1", "Deployment", service.namespace,
                                  names.gateway_name(service))
-    decisions = await track_gates(ctx, service, body)
-    warm = sum(decision.status == "True" for decision in decisions)
+    results = await track_gates(ctx, service, body)
+    warm = sum(decision.status == "True" for _, decision in results)
     if service.autoscaled:
         desired = int(((server or {}).get("spec") or {}).get(
             "replicas", service.spec["autoscaling"]["minReplicas"]))
@@ -239,7 +263,14 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
         desired = service.spec["server"]["replicas"]
     seen = status.observed_from(server, gateway, desired,
                                 service.spec["gateway"]["replicas"], warm)
-    _write_conditions(body, patch, status.healthy_conditions(seen, generation),
+    conditions = status.healthy_conditions(seen, generation)
+    guard = service.spec.get("guard")
+    if guard is not None:
+        pods = [status.PodSpace(name, decision.status == "True", decision.space)
+                for name, decision in results]
+        conditions.append(status.space_condition(pods, guard["configMap"], guard["minCosine"],
+                                                 generation))
+    _write_conditions(body, patch, conditions,
                       status.status_fields(service.model_label, seen, generation))
 
 
@@ -256,7 +287,9 @@ async def update_gates(ctx: Context,
                                    names.selector(service, "server"))
         views = [warmup.server_pod(pod) for pod in pods
                  if not (pod.get("metadata") or {}).get("deletionTimestamp")]
-        decisions = await asyncio.gather(*(_decide(ctx, view) for view in views))
+        guard = service.spec.get("guard")
+        minimum = guard["minCosine"] if guard is not None else None
+        decisions = await asyncio.gather(*(_decide(ctx, view, minimum) for view in views))
         gated = service.spec["warmup"]["readinessGate"]
         at = status.now()
         results = []
@@ -271,8 +304,9 @@ async def update_gates(ctx: Context,
 
 
 async def track_gates(ctx: Context, service: Service,
-                      body: Mapping[str, Any]) -> list[warmup.GateDecision]:
-    """update_gates, announcing each gate written as an event on the resource `body`."""
+                      body: Mapping[str, Any]) -> list[tuple[str, warmup.GateDecision]]:
+    """update_gates, announcing each gate written as an event on the resource `body`; (pod
+    name, decision) per pod."""
     results = await update_gates(ctx, service)
     for name, decision, written in results:
         if written:
@@ -280,10 +314,11 @@ async def track_gates(ctx: Context, service: Service,
                        reason=decision.reason,
                        message=f"pod {name}: {names.GATE_CONDITION}={decision.status}: "
                                f"{decision.message}")
-    return [decision for _, decision, _ in results]
+    return [(name, decision) for name, decision, _ in results]
 
 
-async def _decide(ctx: Context, view: warmup.ServerPod) -> warmup.GateDecision:
+async def _decide(ctx: Context, view: warmup.ServerPod,
+                  min_cosine: float | None) -> warmup.GateDecision:
     report, error = None, None
     if view.running and view.ip and ctx.probes is not None:
         try:
@@ -291,4 +326,4 @@ async def _decide(ctx: Context, view: warmup.ServerPod) -> warmup.GateDecision:
                                                ctx.config.warmup_timeout)
         except warmup.WarmupUnavailable as failure:
             error = str(failure)
-    return warmup.decide(view, report, error)
+    return warmup.decide(view, report, error, min_cosine)

@@ -16,6 +16,8 @@ FIELD_MANAGER = "hedgerow-operator"
 HANDOVER_MANAGER = "hedgerow-handover-to-hpa"
 GATE_CONDITION = "hedgerow.dev/graphs-warm"
 CONFIG_HASH_ANNOTATION = "hedgerow.dev/config-hash"
+# A digest of the golden set's text: re-recording it rolls the servers, which check at start.
+GOLDEN_SET_HASH_ANNOTATION = "hedgerow.dev/golden-set-hash"
 
 # The processes' own default ports (one definition each), which are DESIGN.md's fixed ports.
 GATEWAY_HTTP_PORT = GatewaySettings.port

@@ -27,6 +27,11 @@ def integer(description: str, *, default: int | None = None, minimum: int | None
     return _node("integer", description, default=default, minimum=minimum, maximum=maximum)
 
 
+def number(description: str, *, default: float | None = None,
+           minimum: float | None = None, maximum: float | None = None) -> Node:
+    return _node("number", description, default=default, minimum=minimum, maximum=maximum)
+
+
 def string(description: str, *, default: str | None = None, enum: tuple[str, ...] | None = None,
            pattern: str | None = None, max_length: int | None = None,
            min_length: int | None = None) -> Node:

@@ -1,18 +1,22 @@
 """Status of an EmbeddingService: condition names, reasons, and how they are computed.
 
-Owns the vocabulary of `.status` (the condition types Ready, Progressing and GraphsWarm, their
-reasons, the counts) and the pure functions that turn what was observed into that status,
+Owns the vocabulary of `.status` (the condition types Ready, Progressing, GraphsWarm and, with
+a guard, SpaceMatches, their reasons, the counts) and the pure functions that turn what was
+observed into that status,
 keeping `lastTransitionTime` when a condition's status does not change and listing the
 transitions the handlers announce as events. Knows nothing about the Kubernetes API.
 """
 
 import dataclasses
 import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
+
+from hedgerow.warmup_report import SpaceVerdict
 
 READY = "Ready"
 PROGRESSING = "Progressing"
 GRAPHS_WARM = "GraphsWarm"
+SPACE_MATCHES = "SpaceMatches"
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
@@ -26,6 +30,10 @@ COMPLETE = "Complete"
 ALL_WARM = "AllWarm"
 NO_SERVERS = "NoServers"
 SPEC_NOT_APPLIED = "SpecNotApplied"
+GOLDEN_SET_MATCHES = "GoldenSetMatches"
+SPACE_MISMATCH = "SpaceMismatch"
+NOT_CHECKED = "NotChecked"
+MAX_MESSAGE = 1024
 
 
 def now() -> str:
@@ -99,6 +107,43 @@ def healthy_conditions(seen: Observed, generation: int | None) -> list[dict]:
     else:
         warm = condition(GRAPHS_WARM, FALSE, WARMING, warm_message, generation)
     return [ready, progressing, warm]
+
+
+@dataclasses.dataclass(frozen=True)
+class PodSpace:
+    """One server pod's space as the guard judged it."""
+
+    pod: str
+    in_traffic: bool  # its readiness gate is open
+    verdict: SpaceVerdict | None  # None: no report yet
+
+
+def space_condition(pods: Sequence[PodSpace], config_map: str, minimum: float,
+                    generation: int | None) -> dict:
+    """SpaceMatches: False naming every pod whose space does not match the golden set (and
+    the smallest cosine measured), True when every pod that reported matches, else Unknown."""
+    checked = [p for p in pods if p.verdict is not None and p.verdict.matches is not None]
+    failing = [p for p in checked if not p.verdict.matches]
+    golden = f"golden set {config_map!r}"
+    if failing:
+        parts = [f"{len(failing)} of {len(pods)} server pods do not match {golden}"]
+        for p in failing:
+            kept = " (admitted before; still in traffic)" if p.in_traffic else \
+                " (kept out of traffic)"
+            parts.append(f"pod {p.pod}{kept}: {p.verdict.message}")
+        message = "; ".join(parts)
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE - 3] + "..."
+        return condition(SPACE_MATCHES, FALSE, SPACE_MISMATCH, message, generation)
+    if checked:
+        cosines = [p.verdict.min_cosine for p in checked if p.verdict.min_cosine is not None]
+        measured = (f"smallest cosine {min(cosines):.6f} (minimum {minimum})" if cosines
+                    else "the same fingerprint")
+        return condition(SPACE_MATCHES, TRUE, GOLDEN_SET_MATCHES,
+                         f"{len(checked)}/{len(pods)} server pods match {golden}: {measured}",
+                         generation)
+    return condition(SPACE_MATCHES, UNKNOWN, NOT_CHECKED,
+                     f"no server pod has reported a check against {golden} yet", generation)
 
 
 def invalid_conditions(reason: str, message: str, generation: int | None) -> list[dict]:

@@ -2,8 +2,12 @@
 
 Owns the pod condition `hedgerow.dev/graphs-warm`: it is True when the pod's /warmup report is
 warm (what that means, and the report's fields, are hedgerow.warmup_report's: the contract the
-server answers with), and it is reset when the server container restarted after the gate last
-turned True (its graphs died with the process). `fetch_report` is the only I/O here (an HTTP
+server answers with) and, with `spec.guard`, its space matches the golden set (judged there
+too, `space_verdict`): a server that does not match stays out of traffic. The guard admits:
+a pod already let in keeps its gate when the verdict changes later (a raised minCosine), so
+that no fleet is emptied at once; the EmbeddingService's SpaceMatches condition says so. The
+gate is reset when the server container restarted after it last turned True (its graphs died
+with the process). `fetch_report` is the only I/O here (an HTTP
 GET on the pod IP); the decisions are pure. Knows nothing about EmbeddingServices or the
 Kubernetes API client.
 """
@@ -16,13 +20,17 @@ from typing import Any, Mapping
 import aiohttp
 
 from hedgerow.operator import names
-from hedgerow.warmup_report import WarmupReport, WarmupReportError, parse_report
+from hedgerow.warmup_report import (
+    SpaceVerdict, WarmupReport, WarmupReportError, parse_report, space_verdict,
+)
 
 WARM = "GraphsCaptured"
 WARMING = "Warming"
 NOT_RUNNING = "ContainerNotRunning"
 RESTARTED = "ContainerRestarted"
 UNREACHABLE = "WarmupUnreachable"
+SPACE_MISMATCH = "SpaceMismatch"
+SPACE_UNCHECKED = "SpaceUnchecked"
 
 
 class WarmupUnavailable(Exception):
@@ -90,16 +98,28 @@ class GateDecision:
     status: str  # "True" or "False"
     reason: str
     message: str
+    # With spec.guard: the pod's space judged against the golden set (None: no report yet).
+    space: SpaceVerdict | None = None
 
 
-def decide(pod: ServerPod, report: WarmupReport | None, error: str | None) -> GateDecision:
-    """The gate a pod should carry, given its report (or the error reading it)."""
+def decide(pod: ServerPod, report: WarmupReport | None, error: str | None,
+           min_cosine: float | None = None) -> GateDecision:
+    """The gate a pod should carry, given its report (or the error reading it); with a
+    guard, `min_cosine` is spec.guard.minCosine."""
     if not pod.running:
         return GateDecision("False", NOT_RUNNING, "server container is not running")
     if report is not None:
+        verdict = None
+        if min_cosine is not None and report.loaded:
+            verdict = space_verdict(report, min_cosine)
+            admitted = (pod.gate or {}).get("status") == "True" and not restarted_since_warm(pod)
+            if verdict.matches is False and not admitted:
+                return GateDecision("False", SPACE_MISMATCH, verdict.message, verdict)
+            if verdict.matches is None and report.warm and not admitted:
+                return GateDecision("False", SPACE_UNCHECKED, verdict.message, verdict)
         if report.warm:
-            return GateDecision("True", WARM, report.describe())
-        return GateDecision("False", WARMING, report.describe())
+            return GateDecision("True", WARM, report.describe(), verdict)
+        return GateDecision("False", WARMING, report.describe(), verdict)
     if restarted_since_warm(pod) or (pod.gate or {}).get("reason") == RESTARTED:
         # Kept until the new process reports: the next cycle sees a False gate, and calling
         # it "unreachable" then would hide why the pod left traffic.

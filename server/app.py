@@ -1,14 +1,16 @@
 """The server process's life: listen, load, serve, drain, exit.
 
-Order of events: the gRPC listener (Embedder, grpc.health.v1 with health NOT_SERVING, and
-server reflection, so grpcurl and other reflection clients list and call the services without
-the .proto) and the HTTP listener come up first, so probes get answers while the model loads on a worker thread;
-then the scheduling loop starts and health turns SERVING once the engine is loaded and its
-warmup (hot-set capture) has returned. SIGTERM or SIGINT turns health NOT_SERVING, stops
-admitting (new Embed calls get UNAVAILABLE), finishes admitted work within the shutdown
-grace, stops the listeners and returns 0. If the scheduling loop itself fails (a bug), the
-same shutdown runs at once and returns 1, so a supervisor restarts the process. Knows nothing
-about batching or byte layouts.
+Order of events: the golden set (`--golden-set`) is read, so a bad one stops the server before
+anything else; the gRPC listener (Embedder, grpc.health.v1 with health NOT_SERVING, and server
+reflection, so grpcurl and other reflection clients list and call the services without the
+.proto) and the HTTP listener come up, so probes get answers while the model loads on a worker
+thread; the embedding space is measured there too (fingerprint, golden-set check:
+server/space.py, server/golden_check.py), before the hot-set capture; then the scheduling loop
+starts and health turns SERVING once the engine is loaded and its warmup has returned. SIGTERM
+or SIGINT turns health NOT_SERVING, stops admitting (new Embed calls get UNAVAILABLE), finishes
+admitted work within the shutdown grace, stops the listeners and returns 0. If the scheduling
+loop itself fails (a bug), the same shutdown runs at once and returns 1, so a supervisor
+restarts the process. Knows nothing about batching or byte layouts.
 """
 
 import asyncio
@@ -17,6 +19,7 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import grpc
@@ -27,7 +30,10 @@ from grpc_reflection.v1alpha import reflection
 from hedgerow.addresses import check_can_listen, host_port
 from hedgerow.defaults import default_model_path
 from hedgerow.errors import ConfigError, HedgerowError
+from hedgerow.golden_set import GoldenSet
 from hedgerow.logs import fields
+from hedgerow.server import golden_check, space
+from hedgerow.server.convert import space_field
 from hedgerow.server.engine_thread import EngineThread
 from hedgerow.server.http import start_http
 from hedgerow.server.loop import EmbedLoop
@@ -36,6 +42,7 @@ from hedgerow.server.scheduler import Scheduler
 from hedgerow.server.service import SERVICE_NAME, EmbedderService, add_to_server
 from hedgerow.server.settings import ServerSettings
 from hedgerow.server.state import ServerState, warmup_report
+from hedgerow.warmup_report import GoldenCheck
 
 log = logging.getLogger("hedgerow.server")
 
@@ -77,8 +84,10 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     ]
 
 
-def load_engine(settings: ServerSettings, gpu_settings: Any = None):
-    """Load the engine and capture its hot set (blocking; run it on a worker thread).
+def load_engine(settings: ServerSettings, gpu_settings: Any = None,
+                golden: GoldenSet | None = None):
+    """Load the engine, measure its space, capture its hot set (blocking; run it on the engine
+    thread). Returns (engine, space.Space, the golden-set check or None).
 
     Raises ModelLoadError. `gpu_settings` (hedgerow.gpu_settings.GpuSettings) configures the
     CUDA graph cache; None takes the engine's defaults; the CPU engine ignores it.
@@ -89,11 +98,29 @@ def load_engine(settings: ServerSettings, gpu_settings: Any = None):
 
     if settings.device == "cpu":
         torch.set_num_threads(settings.torch_threads())
-    path = settings.model or default_model_path()
+    path = Path(settings.model or default_model_path())
     engine = Engine.load(path, device=settings.device, dtype=settings.dtype,
                          gpu_settings=gpu_settings)
+    # Before the capture: a replica in the wrong space is told so without waiting for it.
+    measured, check = measure_space(engine, path, golden)
     engine.warmup()
-    return engine
+    return engine, measured, check
+
+
+def measure_space(engine: Any, directory: Path, golden: GoldenSet | None
+                  ) -> tuple[space.Space, GoldenCheck | None]:
+    """The engine's space and, with a golden set, its check (blocks; steps the engine)."""
+    began = time.perf_counter()
+    text_tokenizer = space.tokenizer(directory)
+    measured = space.measure(engine, directory, text_tokenizer)
+    check = None if golden is None else golden_check.check(engine, text_tokenizer, golden)
+    cosine = check.min_cosine if check else None
+    log.info("%s", fields(event="server.space", seconds=time.perf_counter() - began,
+                          fingerprint=measured.fingerprint,
+                          golden_texts=check.texts if check else None,
+                          golden_min_cosine=None if cosine is None else f"{cosine:.6f}",
+                          golden_problem=check.problem if check else None))
+    return measured, check
 
 
 async def serve(settings: ServerSettings, gpu_settings: Any = None,
@@ -101,8 +128,12 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
                 loader: Callable[[ServerSettings, Any], Any] = load_engine) -> int:
     """Run the server until SIGTERM/SIGINT (or `stop` is set); returns the exit status.
 
-    `loader(settings, gpu_settings)` returns the engine (blocking; it runs on a thread).
+    `loader(settings, gpu_settings, golden)` returns (engine, its space, the golden-set check)
+    (blocking; it runs on the engine thread). Raises ConfigError for an unreadable golden set.
     """
+    golden = None
+    if settings.golden_set is not None:
+        golden = golden_check.read_golden_set(settings.golden_set)
     stop = stop or asyncio.Event()
     running = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -137,7 +168,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
                           http=host_port(settings.host, settings.http_port)))
     try:
         try:
-            loaded = await _load(state, stop, lambda: loader(settings, gpu_settings))
+            loaded = await _load(state, stop, lambda: loader(settings, gpu_settings, golden))
         except BaseException:
             await server.stop(None)  # a listener left to the collector logs a traceback
             raise
@@ -164,7 +195,7 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     if not loading.done():
         return False
     try:
-        engine = loading.result()
+        engine, state.space, state.golden = loading.result()
     except HedgerowError as error:
         state.load_error = str(error)
         await threads.close()
@@ -173,6 +204,7 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
     loop = EmbedLoop(threads, scheduler, state.metrics, on_crash=lambda error: stop.set())
+    state.space_field = space_field(state.space.fingerprint)
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
 
@@ -196,7 +228,7 @@ async def _set_serving(state: ServerState, health: HealthServicer) -> None:
     state.serving = True
     info = state.engine.info
     log.info("%s", fields(event="server.serving", model=info.name, dimensions=info.dimensions,
-                          device=info.device, dtype=info.dtype))
+                          device=info.device, dtype=info.dtype, space=state.space.fingerprint))
 
 
 async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio.Server) -> int:

@@ -1,10 +1,11 @@
 """Wire messages to arrays and back: the only place that knows the byte layouts.
 
-In: `EmbedRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian
-[B+1] become a checked `WireBatch` (numpy arrays) plus the request's options. Out: float32
-[B, D] rows, postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked
-dtype, become the bytes of an EmbedResponse, written straight from the rows (no message object
-in between). Everything is numpy: on a request's few rows a torch call costs more than the
+In: `EmbedRequest.input_ids` int32 little-endian [T] and `cu_seqlens` int32 little-endian [B+1]
+become a checked `WireBatch` (numpy arrays) plus the request's options. Out: float32 [B, D]
+rows, postprocessed (Matryoshka truncation, L2 normalisation) and cast to the asked dtype,
+become the bytes of an EmbedResponse, written straight from the rows (no message object in
+between), with the answer's constant tail (the space's fingerprint) appended as bytes written
+once at start. Everything is numpy: on a request's few rows a torch call costs more than the
 arithmetic. Knows nothing about scheduling or gRPC status codes: problems are raised as
 InvalidInputError with a message for the caller.
 """
@@ -135,9 +136,16 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_embeddings(rows: np.ndarray, options: EmbedOptions, prompt_tokens: int) -> bytes:
+def space_field(fingerprint: str) -> bytes:
+    """EmbedResponse's `space` (field 5) as wire bytes: computed once, appended to every answer."""
+    data = fingerprint.encode()
+    return b"\x2a" + _varint(len(data)) + data if data else b""
+
+
+def encode_embeddings(rows: np.ndarray, options: EmbedOptions, prompt_tokens: int,
+                      space: bytes = b"") -> bytes:
     """Pooled rows float32 [B, D] -> the bytes of an EmbedResponse holding little-endian
-    [B, d] of options.dtype.
+    [B, d] of options.dtype; `space` is `space_field`'s bytes, appended as they are.
 
     The fields are written by hand (protobuf's wire format: tag, length, payload) so that the
     embedding bytes are copied once, from the rows into the answer.
@@ -155,7 +163,7 @@ def encode_embeddings(rows: np.ndarray, options: EmbedOptions, prompt_tokens: in
         tail += b"\x18" + _varint(options.dtype)                       # 3: dtype
     if prompt_tokens:
         tail += b"\x20" + _varint(prompt_tokens)                       # 4: prompt_tokens
-    return b"".join((head, memoryview(values).cast("B"), tail))
+    return b"".join((head, memoryview(values).cast("B"), tail, space))  # 5: space
 
 
 def decode_embeddings(response: embed_pb2.EmbedResponse) -> np.ndarray:

@@ -66,8 +66,9 @@ def rank(rows: np.ndarray, query: ScoreQuery, device: str | torch.device
     return indices.cpu(), scores.cpu()
 
 
-def encode_scores(indices: torch.Tensor, scores: torch.Tensor, prompt_tokens: int
-                  ) -> embed_pb2.ScoreResponse:
-    """(indices int64 [k], scores float32 [k]) -> ScoreResponse, order kept."""
+def encode_scores(indices: torch.Tensor, scores: torch.Tensor, prompt_tokens: int,
+                  space: str = "") -> embed_pb2.ScoreResponse:
+    """(indices int64 [k], scores float32 [k]) -> ScoreResponse, order kept, with the
+    fingerprint of the space the scores were computed in."""
     return embed_pb2.ScoreResponse(indices=indices.tolist(), scores=scores.tolist(),
-                                   prompt_tokens=prompt_tokens)
+                                   prompt_tokens=prompt_tokens, space=space)

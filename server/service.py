@@ -1,14 +1,14 @@
 """The gRPC Embedder servicer: convert, call, convert back; errors translated in one place.
 
-`Embed` decodes and validates the request (ragged layout, per-request token limit, the
-model's vocabulary and length checks, dimensions and dtype), submits it to the scheduling loop
-with the call's deadline, awaits the rows and answers the response's bytes, written straight
-from them. `Score` does the same with a query and its documents (server/score.py), then ranks
-the documents by cosine on the engine thread (device work never runs elsewhere). `Info`
-reports the engine's model. Every HedgerowError becomes its status code in `_abort`; nothing
-else is caught. `add_to_server` registers it with decoders that turn bytes that are no valid
-message into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
-internals.
+`Embed` decodes and validates the request (ragged layout, per-request token limit, the model's
+vocabulary and length checks, dimensions and dtype), submits it to the scheduling loop with the
+call's deadline, awaits the rows and answers the response's bytes, written straight from them,
+ending with the space's fingerprint (bytes written once at start). `Score` does the same with a
+query and its documents (server/score.py), then ranks the documents by cosine on the engine
+thread (device work never runs elsewhere). `Info` reports the engine's model and the fingerprint
+of its embedding space. Every HedgerowError becomes its status code in `_abort`; nothing else is
+caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
+into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's internals.
 """
 
 import asyncio
@@ -131,7 +131,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
         options = decode_options(request, engine.info.dimensions, engine.info.normalize)
         rows = await self._rows(loop, batch, context, start)
-        return encode_embeddings(rows, options, batch.num_tokens)
+        return encode_embeddings(rows, options, batch.num_tokens, self._state.space_field)
 
     async def _score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext,
                      start: float) -> embed_pb2.ScoreResponse:
@@ -142,7 +142,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         rows = await self._rows(loop, query.batch, context, start)
         indices, scores = await self._state.engine_thread.run(rank, rows, query,
                                                               engine.info.device)
-        return encode_scores(indices, scores, query.batch.num_tokens)
+        return encode_scores(indices, scores, query.batch.num_tokens,
+                             self._state.space.fingerprint)
 
     def _checked(self, batch: WireBatch) -> WireBatch:
         """`batch`, once the model's own checks (vocabulary, sequence length) pass."""
@@ -181,6 +182,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             vocab_size=info.vocab_size,
             dtype=info.dtype,
             dtype_reason=info.dtype_reason,
+            space=self._state.space.fingerprint,
         )
 
     def _ready(self):

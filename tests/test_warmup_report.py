@@ -85,3 +85,41 @@ def test_the_servers_warmup_body_follows_the_contract():
         loaded=True, serving=True, hot_set=2, hot_set_captured=1, captured=5)
     assert body["steps"] == 3 and body["step_shapes_seen"] == 1
     assert body["graph_memory_bytes"] == 7 and body["coverage"] == 0.5
+
+
+SPACE = "s1-0123abcd-4567ef89"
+
+
+def test_the_space_and_golden_check_survive_the_wire():
+    from hedgerow.warmup_report import GoldenCheck
+
+    for golden in (GoldenCheck(SPACE, 32, 0.9999423984854885), GoldenCheck(SPACE, 3),
+                   GoldenCheck(SPACE, 3, problem="text 1 has 600 tokens")):
+        report = WarmupReport(loaded=True, space=SPACE, golden=golden)
+        assert _round_trip(report, space_facts={"dtype": "bfloat16"}) == report
+    plain = WarmupReport(loaded=True, space=SPACE)
+    assert "golden" not in plain.body({}) and _round_trip(plain) == plain
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("space", "sha-1234", "'space' is not a fingerprint"),
+    ("golden", [], "'golden' is not an object"),
+    ("golden", {"fingerprint": "x", "texts": 1}, "golden.fingerprint is not a fingerprint"),
+    ("golden", {"fingerprint": SPACE, "texts": -1}, "golden.texts is not a count"),
+    ("golden", {"fingerprint": SPACE, "texts": 1, "min_cosine": "high"},
+     "golden.min_cosine is not a number"),
+])
+def test_malformed_space_fields_are_named(field, value, message):
+    with pytest.raises(WarmupReportError, match=message):
+        parse_report(json.dumps({"loaded": True, field: value}).encode())
+
+
+def test_one_rule_judges_a_space_against_its_golden_set():
+    from hedgerow.warmup_report import GoldenCheck, judge
+
+    assert judge(SPACE, GoldenCheck(SPACE, 32, 0.9991), 0.999).matches is True
+    assert judge(SPACE, GoldenCheck(SPACE, 32, 0.9989), 0.999).matches is False
+    assert judge(SPACE, GoldenCheck(SPACE, 32, 1.0), 1.0).matches is True
+    assert judge(SPACE, GoldenCheck(SPACE, 32), 0.999).matches is True  # fingerprint alone
+    assert judge("s1-00000000-00000000", GoldenCheck(SPACE, 32), 0.999).matches is False
+    assert judge(SPACE, GoldenCheck(SPACE, 32, problem="too long"), 0.0).matches is False

@@ -31,23 +31,25 @@ class EmbedRequest(_message.Message):
     def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., dtype: _Optional[_Union[DType, str]] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
-    __slots__ = ("embeddings", "shape", "dtype", "prompt_tokens")
+    __slots__ = ("embeddings", "shape", "dtype", "prompt_tokens", "space")
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPACE_FIELD_NUMBER: _ClassVar[int]
     embeddings: bytes
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: DType
     prompt_tokens: int
-    def __init__(self, embeddings: _Optional[bytes] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+    space: str
+    def __init__(self, embeddings: _Optional[bytes] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dimensions", "max_tokens", "max_request_tokens", "pooling", "normalize", "templates", "version", "vocab_size", "max_inflight_tokens", "dtype", "dtype_reason")
+    __slots__ = ("model", "architecture", "dimensions", "max_tokens", "max_request_tokens", "pooling", "normalize", "templates", "version", "vocab_size", "max_inflight_tokens", "dtype", "dtype_reason", "space")
     class TemplatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +70,7 @@ class InfoResponse(_message.Message):
     MAX_INFLIGHT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_REASON_FIELD_NUMBER: _ClassVar[int]
+    SPACE_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dimensions: int
@@ -81,7 +84,8 @@ class InfoResponse(_message.Message):
     max_inflight_tokens: int
     dtype: str
     dtype_reason: str
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_inflight_tokens: _Optional[int] = ..., dtype: _Optional[str] = ..., dtype_reason: _Optional[str] = ...) -> None: ...
+    space: str
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_inflight_tokens: _Optional[int] = ..., dtype: _Optional[str] = ..., dtype_reason: _Optional[str] = ..., space: _Optional[str] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
     __slots__ = ("input_ids", "cu_seqlens", "top_n", "dimensions")
@@ -96,11 +100,13 @@ class ScoreRequest(_message.Message):
     def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., top_n: _Optional[int] = ..., dimensions: _Optional[int] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("indices", "scores", "prompt_tokens")
+    __slots__ = ("indices", "scores", "prompt_tokens", "space")
     INDICES_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPACE_FIELD_NUMBER: _ClassVar[int]
     indices: _containers.RepeatedScalarFieldContainer[int]
     scores: _containers.RepeatedScalarFieldContainer[float]
     prompt_tokens: int
-    def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+    space: str
+    def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...

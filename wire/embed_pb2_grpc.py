@@ -62,7 +62,7 @@ class EmbedderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Info(self, request, context):
-        """What this server serves: model, width, limits, pooling, templates.
+        """What this server serves: model, width, limits, pooling, templates, embedding space.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2,10 +2,10 @@
 
 With no TEXT arguments the texts are read from standard input, one per line (a line's ending,
 `\n` or `\r\n`, is not part of its text; an empty line is an error naming it). Owns the
-command's settings, reading the texts, tokenization with the model directory's `tokenizer.json`
-(templates applied, truncation off: a text past the model's limit is an error), batching on a
-token budget in input order, and the JSON output. The math is the engine's; this module knows
-nothing about servers or gateways.
+command's settings, reading the texts, batching on a token budget in input order, and the JSON
+output. Tokenization with the model directory's `tokenizer.json` (templates applied, truncation
+off: a text past the model's limit is an error) is hedgerow/tokenizer_file.py's, the math the
+engine's; this module knows nothing about servers or gateways.
 
 Output: {"model": NAME, "dimensions": D, "data": [{"index": i, "embedding": [D floats]}, ...]}
 """
@@ -17,17 +17,19 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from hedgerow import logs, settings
 from hedgerow.errors import HedgerowError, InvalidInputError, ModelLoadError
 from hedgerow.settings import setting
+from hedgerow.tokenizer_file import check_texts, encode_texts, load_tokenizer
 
 HELP = ("Embed TEXT arguments, or the lines of standard input when none are given, with a "
         "Hugging Face model directory (default: the packaged all-MiniLM-L6-v2) and print the "
         "embeddings as JSON.")
 
 log = logging.getLogger("hedgerow.embed")
+
+NO_TEXTS = "no texts given: pass TEXT arguments, or pipe texts in, one per line"
 
 
 @dataclass(frozen=True)
@@ -80,28 +82,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="texts to embed; none reads one text per line from stdin")
 
 
-def load_tokenizer(directory: Path):
-    """The directory's tokenizer.json with truncation and padding off."""
-    from tokenizers import Tokenizer
-
-    path = directory / "tokenizer.json"
-    if not path.is_file():
-        raise ModelLoadError(f"no tokenizer.json in {directory}")
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as error:  # tokenizers raises a bare Exception for a malformed file
-        raise ModelLoadError(f"cannot read {path}: {error}") from None
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
-
-
 def read_lines(stream) -> list[str]:
     """One text per line of `stream`, without its line ending; InvalidInputError for an
-    empty line (naming it) or a stream that is a terminal (nothing was piped in)."""
+    empty line (naming it), for no lines, or for a stream that is a terminal (nothing was
+    piped in)."""
     if stream.isatty():
-        raise InvalidInputError("no texts given: pass TEXT arguments, or pipe texts in, one "
-                                "per line")
+        raise InvalidInputError(NO_TEXTS)
     texts = []
     for number, line in enumerate(stream, start=1):
         text = line.removesuffix("\n").removesuffix("\r")
@@ -109,43 +95,9 @@ def read_lines(stream) -> list[str]:
             raise InvalidInputError(f"line {number} of standard input is empty; give one text "
                                     "per line")
         texts.append(text)
-    return texts
-
-
-def check_texts(texts: Sequence[str]) -> None:
-    """InvalidInputError for an empty list or an empty (or blank) text."""
     if not texts:
-        raise InvalidInputError("no texts given: pass at least one TEXT, or pipe texts in, one "
-                                "per line")
-    for i, text in enumerate(texts):
-        if not text:  # whitespace alone is embedded as the tokenizer encodes it, as the API does
-            raise InvalidInputError(f"text {i} is empty")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates
-            raise InvalidInputError(f"text {i} is not valid UTF-8") from None
-
-
-def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
-                 vocab_size: int) -> list[list[int]]:
-    """Token ids of `prefix + text` for each text; InvalidInputError for an empty text, one
-    longer than `max_tokens`, or a token id outside [0, vocab_size)."""
-    check_texts(texts)
-    encodings = tokenizer.encode_batch([prefix + text for text in texts])
-    ids = [encoding.ids for encoding in encodings]
-    for i, seq in enumerate(ids):
-        if not seq:
-            raise InvalidInputError(f"text {i} tokenizes to no tokens")
-        if len(seq) > max_tokens:
-            raise InvalidInputError(
-                f"text {i} has {len(seq)} tokens; the model accepts at most {max_tokens} tokens "
-                f"per text")
-        outside = [t for t in seq if not 0 <= t < vocab_size]
-        if outside:
-            raise InvalidInputError(
-                f"text {i} has token id {outside[0]}, outside the model's vocabulary "
-                f"[0, {vocab_size}): tokenizer.json does not match the model")
-    return ids
+        raise InvalidInputError(NO_TEXTS)
+    return texts
 
 
 def batches(sequences: list[list[int]], max_batch_tokens: int) -> list[list[list[int]]]:

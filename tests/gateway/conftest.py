@@ -6,7 +6,10 @@ service on loopback, with trivial math instead of a model, so these tests need n
 no engine. The integration tests (test_integration.py) run real `hedgerow server` processes.
 
 A stand-in embedding of a sequence is float32 [width]: (length, sum of ids, first id, last id,
-0, ...), so a test can tell which sequence a row belongs to and check input order. A stand-in
+marker, 0, ...), so a test can tell which sequence a row belongs to and check input order, and
+(with a `marker` per stand-in) which stand-in embedded it. Each stand-in names its embedding
+space (`space`, in Info and in every answer; `answer_space` makes its answers name another, as
+a server restarted in a new space would). A stand-in
 Score ranks documents by the cosine of those rows with the query's (float64, rounded to float32),
 score descending then lower index, as the real server orders them.
 """
@@ -32,6 +35,7 @@ from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 384
 VOCAB = 30522
+STAND_IN_SPACE = "s1-00000000-00000000"
 
 
 class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
@@ -49,18 +53,18 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
             time.sleep(owner.delay)
 
     @staticmethod
-    def _rows(request) -> tuple[np.ndarray, np.ndarray]:
+    def _rows(request, marker: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         ids = np.frombuffer(request.input_ids, dtype="<i4")
         cu = np.frombuffer(request.cu_seqlens, dtype="<i4")
         rows = np.zeros((len(cu) - 1, WIDTH), dtype="<f4")
         for i in range(len(cu) - 1):
             seq = ids[cu[i]:cu[i + 1]]
-            rows[i, :4] = (len(seq), seq.sum(), seq[0], seq[-1])
+            rows[i, :5] = (len(seq), seq.sum(), seq[0], seq[-1], marker)
         return ids, rows
 
     def Embed(self, request, context):
         owner = self.owner
-        ids, rows = self._rows(request)
+        ids, rows = self._rows(request, self.owner.marker)
         with owner.lock:  # admission, as the server does it: past the bound, busy at once
             if owner.max_inflight_tokens and (
                     owner.in_flight_tokens + len(ids) > owner.max_inflight_tokens):
@@ -79,12 +83,13 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
             owner.tokens += len(ids)
             owner.chunks.append(sequences)
         return embed_pb2.EmbedResponse(embeddings=rows.tobytes(), shape=list(rows.shape),
-                                       dtype=embed_pb2.FLOAT32, prompt_tokens=len(ids))
+                                       dtype=embed_pb2.FLOAT32, prompt_tokens=len(ids),
+                                       space=owner.answering_space)
 
     def Score(self, request, context):
         owner = self.owner
         self._begin(context)
-        ids, rows = self._rows(request)
+        ids, rows = self._rows(request, self.owner.marker)
         rows = rows.astype(np.float64)
         query, docs = rows[0], rows[1:]
         scores = (docs @ query / np.linalg.norm(docs, axis=1) / np.linalg.norm(query))
@@ -94,7 +99,7 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
             owner.tokens += len(ids)
             owner.chunks.append(len(docs))
         return embed_pb2.ScoreResponse(indices=order, scores=[float(scores[i]) for i in order],
-                                       prompt_tokens=len(ids))
+                                       prompt_tokens=len(ids), space=owner.answering_space)
 
     def Info(self, request, context):
         with self.owner.lock:
@@ -106,7 +111,7 @@ class StandInEmbedder(embed_pb2_grpc.EmbedderServicer):
             model="stand-in", architecture="bert", dimensions=WIDTH, max_tokens=512,
             max_request_tokens=1_000_000, pooling="mean", normalize=True,
             templates={"query": "query: "}, version="test", vocab_size=VOCAB,
-            max_inflight_tokens=self.owner.max_inflight_tokens)
+            max_inflight_tokens=self.owner.max_inflight_tokens, space=self.owner.space)
 
 
 class StandIn:
@@ -122,6 +127,9 @@ class StandIn:
         self.info_failures = 0  # how many Info calls to answer UNAVAILABLE before answering
         self.delay = 0.0
         self.max_inflight_tokens = 0  # the admission bound Info reports and Embed enforces
+        self.space = STAND_IN_SPACE  # the fingerprint Info reports
+        self.answer_space: str | None = None  # what answers report, when not `space`
+        self.marker = 0.0  # column 4 of every row this stand-in computes
         self.in_flight_tokens = self.peak_in_flight_tokens = 0
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         embed_pb2_grpc.add_EmbedderServicer_to_server(StandInEmbedder(self), self.server)
@@ -132,6 +140,10 @@ class StandIn:
         if health_servicer is None:
             self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.server.start()
+
+    @property
+    def answering_space(self) -> str:
+        return self.space if self.answer_space is None else self.answer_space
 
     def stop(self) -> None:
         if isinstance(self.health, health.HealthServicer):

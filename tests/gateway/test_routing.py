@@ -10,6 +10,7 @@ import types
 
 import grpc
 import numpy as np
+import pytest
 
 from hedgerow.gateway.errors import DeadlineError
 from hedgerow.gateway.admission import Throughput
@@ -19,10 +20,11 @@ from hedgerow.gateway.router import Router, least_loaded
 MODEL = "all-MiniLM-L6-v2"
 
 
-def replica(name, tokens=0, ready=True, last=0, bound=0):
+def replica(name, tokens=0, ready=True, last=0, bound=0, space=""):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
                                  last_chosen=last, removed=False, busy_until=0.0,
-                                 info=types.SimpleNamespace(max_inflight_tokens=bound),
+                                 info=types.SimpleNamespace(max_inflight_tokens=bound,
+                                                            space=space),
                                  throughput=Throughput())
 
 
@@ -85,16 +87,20 @@ def test_a_request_past_the_servers_admission_bounds_is_paced_not_refused(standi
     assert "hedgerow_retries_total{" not in client.get("/metrics").text
 
 
-def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_factory):
+@pytest.mark.parametrize("code", [grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  # A server that stopped before it answered (the gateway's own
+                                  # cancellations never reach it as a status).
+                                  grpc.StatusCode.CANCELLED], ids=lambda code: code.name)
+def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_factory, code):
     client = gateway_factory()
     first, second = standins
-    first.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED]
+    first.fail_next = [code]
     for _ in range(2):  # equal replicas take turns, so one of these lands on `first` first
         answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "retry me"})
         assert answer.status_code == 200, answer.text
     assert first.calls + second.calls == 3  # one failure, retried once
     assert second.calls >= 1  # the retry never goes back to the replica that failed
-    assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"} 1.0' in client.get("/metrics").text
+    assert f'hedgerow_retries_total{{code="{code.name}"}} 1.0' in client.get("/metrics").text
 
 
 def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
@@ -391,7 +397,7 @@ def test_waiters_ahead_keep_what_they_could_use_and_only_that():
 
     async def newcomer(ahead_excludes):
         router = Router(source, GatewayMetrics())
-        router._waiting.append((object(), ahead_excludes))  # a chunk already waiting
+        router._waiting.append((object(), ahead_excludes, None))  # a chunk already waiting
         loop = asyncio.get_running_loop()
         return await router._send("Embed", None, chunk, 10, loop.time() + 0.3)
 

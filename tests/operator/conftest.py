@@ -160,18 +160,25 @@ def warmup_body(**fields: Any) -> dict:
 
 
 class WarmupServer:
-    """Serves /warmup on 127.0.0.1 with whatever `report` currently holds (None → 503)."""
+    """Serves /warmup on 127.0.0.1 and 127.0.0.2 (one port), so two pods can report apart:
+    a pod at 127.0.0.2 gets `second` when that is set, else `report`, which every other pod
+    gets (None → 503)."""
+
+    SECOND_IP = "127.0.0.2"
 
     def __init__(self) -> None:
         self.report: dict | None = warmup_body(loaded=False, hot_set=4)
+        self.second: dict | None = None
         self.port = 0
         self.hits = 0
 
     async def _warmup(self, request: web.Request) -> web.Response:
         self.hits += 1
-        if self.report is None:
+        local_ip = request.transport.get_extra_info("sockname")[0]
+        report = self.second if local_ip == self.SECOND_IP and self.second else self.report
+        if report is None:
             return web.Response(status=503, text="not yet")
-        return web.json_response(self.report)
+        return web.json_response(report)
 
     @contextlib.asynccontextmanager
     async def running(self):
@@ -182,6 +189,7 @@ class WarmupServer:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
+        await web.TCPSite(runner, self.SECOND_IP, self.port).start()
         try:
             yield self
         finally:

@@ -49,6 +49,7 @@ SPECS = {
         s["gateway"].update(replicas=4, serviceType="LoadBalancer", truncate=True,
                             templates={"query": "query: ", "document": "passage: "},
                             apiKeySecret={"name": "keys"})),
+    "guarded": lambda s: s.update(guard={"configMap": "bge-golden", "key": "set.json"}),
 }
 
 
@@ -233,3 +234,26 @@ def test_cpu_servers_get_threads_for_their_cpu_request_not_the_nodes_cores():
     body["spec"]["server"].update(gpus=0, cpu="6")
     assert server_env(parse(body))["HEDGEROW_CPU_THREADS"] == "5"
     assert "HEDGEROW_CPU_THREADS" not in server_env(_service("defaults"))  # a GPU server
+
+
+def test_a_guard_mounts_the_golden_set_where_the_server_reads_it():
+    from hedgerow import settings as settings_lib
+    from hedgerow.server_settings import ServerSettings
+
+    children = _by_kind(build_all(_service("guarded"), "0123456789abcdef"))
+    pod = children[("Deployment", "emb-server")]["spec"]["template"]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "golden-set")
+    assert volume["configMap"] == {"name": "bge-golden",
+                                   "items": [{"key": "set.json", "path": "golden-set.json"}]}
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == "golden-set")
+    env = children[("ConfigMap", "emb-server")]["data"]
+    server = settings_lib.load(ServerSettings, None, environ=env)
+    assert str(server.golden_set) == mount["mountPath"] + "/golden-set.json"
+    assert mount["readOnly"] is True
+    # Re-recording the golden set rolls the servers: they check it at start.
+    assert pod["metadata"]["annotations"][names.GOLDEN_SET_HASH_ANNOTATION] == "0123456789abcdef"
+    unguarded = _by_kind(build_all(_service("defaults")))
+    template = unguarded[("Deployment", "emb-server")]["spec"]["template"]
+    assert names.GOLDEN_SET_HASH_ANNOTATION not in template["metadata"]["annotations"]
+    assert "HEDGEROW_GOLDEN_SET" not in unguarded[("ConfigMap", "emb-server")]["data"]

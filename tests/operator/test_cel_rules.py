@@ -70,6 +70,8 @@ MUTATIONS = [
     lambda b: b["spec"]["model"]["persistentVolumeClaim"].update(subPath="models/..x"),
     lambda b: b["spec"]["server"].update(nodeSelector={"nvidia.com/gpu.product": "H200"}),
     lambda b: b["spec"]["server"].update(nodeSelector={"gpu type": "h200"}),
+    lambda b: b["spec"].update(guard={"configMap": "golden"}),
+    lambda b: b["spec"].update(guard={"configMap": "golden"}, warmup={"readinessGate": False}),
 ]
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -134,6 +136,13 @@ def test_the_examples_are_admitted(path):
     (lambda b: b["spec"]["gateway"].update(nodeSelector={"example.com/": "x"}),
      "nodeSelector keys must be label keys"),
     (lambda b: b.update(spec="nope"), "is not of type 'object'"),
+    (lambda b: b["spec"].update(guard={"configMap": "golden"},
+                                warmup={"readinessGate": False}),
+     "guard needs warmup.readinessGate"),
+    (lambda b: b["spec"].update(guard={"configMap": "golden", "minCosine": 1.5}),
+     "spec.guard.minCosine"),
+    (lambda b: b["spec"].update(guard={"configMap": "Golden Set"}), "spec.guard.configMap"),
+    (lambda b: b["spec"].update(guard={"minCosine": 0.99}), "'configMap' is a required property"),
 ])
 def test_bad_specs_are_refused_naming_the_problem(mutate, fragment):
     with pytest.raises(Refused) as refused:

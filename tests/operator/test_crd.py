@@ -45,7 +45,7 @@ def test_names_columns_and_status_subresource():
     assert crd.build_crd()["spec"]["names"]["shortNames"] == ["embsvc"]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == \
-        ["Model", "Ready", "Replicas", "Warm", "Age"]
+        ["Model", "Ready", "Replicas", "Warm", "Space", "Age"]
 
 
 def test_cross_field_rules_are_rendered_as_cel():

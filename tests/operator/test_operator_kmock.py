@@ -118,7 +118,7 @@ async def _generation(cluster, name, generation):
     return body if body.get("status", {}).get("observedGeneration") == generation else None
 
 
-def _pod(name, started_at):
+def _pod(name, started_at, ip="127.0.0.1"):
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "ml", "resourceVersion": "1",
@@ -126,7 +126,7 @@ def _pod(name, started_at):
                                 names.LABEL_COMPONENT: "server"}},
         "spec": {"containers": [{"name": "server", "image": "x"}],
                  "readinessGates": [{"conditionType": names.GATE_CONDITION}]},
-        "status": {"podIP": "127.0.0.1", "containerStatuses": [
+        "status": {"podIP": ip, "containerStatuses": [
             {"name": "server", "restartCount": 0, "ready": True,
              "state": {"running": {"startedAt": started_at}}}]},
     }
@@ -188,6 +188,117 @@ async def test_warmup_reports_set_gates_and_graphs_warm(cluster):
     await asyncio.sleep(1.0)  # a few more warmup cycles: the reason stays until a report
     still = await _gate(cluster, "emb-server-a", "False")
     assert still and still["reason"] == "ContainerRestarted", still
+
+
+GOLDEN_SPACE = "s1-0a0a0a0a-1b1b1b1b"
+
+
+def _golden_config_map(name):
+    from hedgerow.golden_set import GoldenSet
+
+    golden = GoldenSet(model="all-MiniLM-L6-v2", fingerprint=GOLDEN_SPACE, dimensions=2,
+                       texts=("a hedge", "a row"), vectors=((1.0, 0.0), (0.0, 1.0)))
+    manifest = golden.config_map(name, "ml")
+    manifest["metadata"]["resourceVersion"] = "1"
+    return manifest
+
+
+def _guarded_report(cosine):
+    from hedgerow.warmup_report import GoldenCheck
+
+    return warmup_body(loaded=True, serving=True, hot_set=4, hot_set_captured=4,
+                       space="s1-0a0a0a0a-2c2c2c2c",
+                       golden=GoldenCheck(fingerprint=GOLDEN_SPACE, texts=2, min_cosine=cosine))
+
+
+async def test_a_replica_whose_space_does_not_match_stays_out_while_a_matching_one_joins(
+        cluster):
+    await cluster.post("/api/v1/namespaces/ml/configmaps", _golden_config_map("emb-golden"))
+    body = cluster.resource("emb")
+    body["spec"]["guard"] = {"configMap": "emb-golden", "minCosine": 0.999}
+    await cluster.post(cluster.cr_path, body)
+    children = await cluster.eventually(lambda: _all_children(cluster), "every child")
+    template = children[("deployments", "emb-server")]["spec"]["template"]
+    assert names.GOLDEN_SET_HASH_ANNOTATION in template["metadata"]["annotations"]
+    assert any(v.get("configMap", {}).get("name") == "emb-golden"
+               for v in template["spec"]["volumes"])
+    await cluster.patch(cluster.child_path("apps/v1", "deployments", "emb-server"),
+                        {"status": {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 1}})
+    # The serving replica matches the golden set; the new one, at 127.0.0.2, does not.
+    cluster.warmup.report = _guarded_report(0.99994)
+    cluster.warmup.second = _guarded_report(0.91234)
+    started = "2026-01-01T00:00:00Z"
+    await cluster.post("/api/v1/namespaces/ml/pods", _pod("emb-server-old", started))
+    await cluster.post("/api/v1/namespaces/ml/pods",
+                       _pod("emb-server-new", started, ip=cluster.warmup.SECOND_IP))
+
+    joined = await cluster.eventually(lambda: _gate(cluster, "emb-server-old", "True"),
+                                      "the matching replica's gate open")
+    assert joined["reason"] == warmup.WARM
+    closed = await cluster.eventually(lambda: _gate(cluster, "emb-server-new", "False"),
+                                      "the new replica's gate closed")
+
+    async def mismatch():
+        cond = await _condition(cluster, "emb", "SpaceMatches")
+        return cond if cond and cond["status"] == "False" else None
+
+    cond = await cluster.eventually(mismatch, "SpaceMatches=False")
+    assert cond["reason"] == "SpaceMismatch"
+    assert "pod emb-server-new (kept out of traffic)" in cond["message"]
+    assert "0.912340" in cond["message"] and "minimum 0.999" in cond["message"]
+    assert "emb-server-old" not in cond["message"]
+    closed = await _gate(cluster, "emb-server-new", "False")
+    assert closed["reason"] == warmup.SPACE_MISMATCH and "0.912340" in closed["message"]
+    await asyncio.sleep(1.0)  # a few more cycles: the gate stays closed
+    assert await _gate(cluster, "emb-server-new", "False")
+
+    # A replica in the golden set's space joins.
+    cluster.warmup.second = _guarded_report(0.99991)
+    await cluster.eventually(lambda: _gate(cluster, "emb-server-new", "True"),
+                             "the gate of a matching replica open")
+
+    async def matches():
+        cond = await _condition(cluster, "emb", "SpaceMatches")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = await cluster.eventually(matches, "SpaceMatches=True")
+    assert cond["reason"] == "GoldenSetMatches" and "2/2 server pods match" in cond["message"]
+
+
+def _config_map(name, data):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+            "metadata": {"name": name, "namespace": "ml", "resourceVersion": "1"}}
+
+
+@pytest.mark.parametrize("config_map, reason, said", [
+    (None, handlers.GOLDEN_SET_MISSING,
+     ["ConfigMap 'golden' (spec.guard.configMap) does not exist", "hedgerow guard record"]),
+    (_config_map("golden", {"other.json": "{}"}), handlers.GOLDEN_SET_INVALID,
+     ["ConfigMap 'golden' has no key 'golden-set.json' (spec.guard.key)"]),
+    (_config_map("golden", {"golden-set.json": '{"format": "hedgerow.dev/golden-set/v1"}'}),
+     handlers.GOLDEN_SET_INVALID,
+     ["ConfigMap 'golden' key 'golden-set.json': model must be a non-empty string"]),
+    (_config_map("golden", {"golden-set.json": "texts: [a]"}), handlers.GOLDEN_SET_INVALID,
+     ["ConfigMap 'golden' key 'golden-set.json' is not JSON"]),
+], ids=["missing", "no-key", "malformed", "not-json"])
+async def test_a_missing_or_malformed_golden_set_gets_a_clear_condition_and_no_children(
+        cluster, config_map, reason, said):
+    if config_map is not None:
+        await cluster.post("/api/v1/namespaces/ml/configmaps", config_map)
+    body = cluster.resource("lost")
+    body["spec"]["guard"] = {"configMap": "golden"}
+    await cluster.post(cluster.cr_path, body)
+
+    async def rejected():
+        cond = await _condition(cluster, "lost", "Ready")
+        return cond if cond and cond["reason"] == reason else None
+
+    cond = await cluster.eventually(rejected, f"Ready=False {reason}")
+    for words in said:
+        assert words in cond["message"], cond["message"]
+    assert "Traceback" not in cond["message"]
+    assert await _events(cluster, reason)
+    assert await cluster.get(cluster.child_path("apps/v1", "deployments", "lost-server")) is None
 
 
 async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):

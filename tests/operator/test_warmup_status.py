@@ -107,3 +107,69 @@ def test_invalid_conditions():
     assert status.spec_not_applied(conds)
     assert not status.spec_not_applied(status.healthy_conditions(_seen(), 4))
     assert not status.spec_not_applied(None)
+
+
+SPACE, OTHER = "s1-11111111-22222222", "s1-33333333-44444444"
+
+
+def _guarded(cosine=None, problem=None, fingerprint=SPACE, warm=True, checked=True):
+    from hedgerow.warmup_report import GoldenCheck
+
+    golden = GoldenCheck(fingerprint=fingerprint, texts=32, min_cosine=cosine,
+                         problem=problem) if checked else None
+    return WarmupReport(loaded=True, hot_set=2, hot_set_captured=2 if warm else 1, space=SPACE,
+                        golden=golden)
+
+
+def test_a_guarded_gate_opens_only_on_a_matching_space():
+    match = warmup.decide(_pod(), _guarded(cosine=0.99994), None, 0.999)
+    assert (match.status, match.reason) == ("True", warmup.WARM)
+    assert match.space.matches and match.space.min_cosine == 0.99994
+    below = warmup.decide(_pod(), _guarded(cosine=0.91234), None, 0.999)
+    assert (below.status, below.reason) == ("False", warmup.SPACE_MISMATCH)
+    assert "0.912340" in below.message and "below the minimum 0.999" in below.message
+    # Told at once, not after its hot set: the space is measured before the capture.
+    early = warmup.decide(_pod(), _guarded(cosine=0.5, warm=False), None, 0.999)
+    assert early.reason == warmup.SPACE_MISMATCH
+    same = warmup.decide(_pod(), _guarded(fingerprint=SPACE), None, 0.999)
+    assert same.status == "True"  # a golden set of the fingerprint alone: equal
+    other = warmup.decide(_pod(), _guarded(fingerprint=OTHER), None, 0.999)
+    assert other.reason == warmup.SPACE_MISMATCH and OTHER in other.message
+    unfit = warmup.decide(_pod(), _guarded(problem="text 3 has 600 tokens"), None, 0.999)
+    assert unfit.reason == warmup.SPACE_MISMATCH and "600 tokens" in unfit.message
+    unchecked = warmup.decide(_pod(), _guarded(checked=False), None, 0.999)
+    assert (unchecked.status, unchecked.reason) == ("False", warmup.SPACE_UNCHECKED)
+    assert warmup.decide(_pod(), _guarded(checked=False, warm=False), None, 0.999).reason == \
+        warmup.WARMING
+    # Without a guard the golden-set check is not consulted.
+    assert warmup.decide(_pod(), _guarded(cosine=0.5), None).status == "True"
+
+
+def test_the_guard_admits_and_does_not_evict():
+    """A pod let in keeps its gate when the verdict changes later (a raised minCosine): the
+    whole fleet would otherwise leave traffic at once. A restarted one is judged again."""
+    admitted = warmup.decide(_pod(gate=TRUE_GATE), _guarded(cosine=0.9995), None, 0.9999)
+    assert admitted.status == "True" and admitted.space.matches is False
+    restarted = _pod(started="2026-01-01T01:00:00Z", gate=TRUE_GATE)
+    assert warmup.decide(restarted, _guarded(cosine=0.9995), None, 0.9999).reason == \
+        warmup.SPACE_MISMATCH
+
+
+def test_space_condition_names_the_pods_that_do_not_match_and_the_cosine():
+    from hedgerow.warmup_report import space_verdict
+
+    good = space_verdict(_guarded(cosine=0.99994), 0.999)
+    bad = space_verdict(_guarded(cosine=0.81234), 0.999)
+    cond = status.space_condition([status.PodSpace("a", True, good),
+                                   status.PodSpace("b", False, bad)], "golden", 0.999, 3)
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        status.SPACE_MATCHES, "False", status.SPACE_MISMATCH)
+    assert "1 of 2 server pods do not match golden set 'golden'" in cond["message"]
+    assert "pod b (kept out of traffic)" in cond["message"] and "0.812340" in cond["message"]
+    assert cond["observedGeneration"] == 3
+    ok = status.space_condition([status.PodSpace("a", True, good),
+                                 status.PodSpace("c", False, None)], "golden", 0.999, 3)
+    assert (ok["status"], ok["reason"]) == ("True", status.GOLDEN_SET_MATCHES)
+    assert "1/2 server pods match" in ok["message"] and "0.999940" in ok["message"]
+    none = status.space_condition([status.PodSpace("c", False, None)], "golden", 0.999, 3)
+    assert (none["status"], none["reason"]) == ("Unknown", status.NOT_CHECKED)

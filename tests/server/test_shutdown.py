@@ -89,9 +89,9 @@ def test_health_is_not_serving_until_the_model_is_loaded():
     # window before the model is loaded can be observed deterministically.
     release = threading.Event()
 
-    def held_loader(settings, gpu_settings):
+    def held_loader(settings, gpu_settings, golden):
         release.wait(120)
-        return load_engine(settings, gpu_settings)
+        return load_engine(settings, gpu_settings, golden)
 
     settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
                               shutdown_grace=5.0,
@@ -140,10 +140,11 @@ def test_health_is_not_serving_until_the_model_is_loaded():
     assert "still loading" in embed_error.details()
     assert info_error.code() == grpc.StatusCode.UNAVAILABLE
     assert warm_before["loaded"] is False and warm_before["serving"] is False
-    assert "error" not in warm_before
+    assert "error" not in warm_before and warm_before["space"] is None
     assert after == SERVING
     assert list(response.shape) == [1, 384]
     assert warm_after["loaded"] is True and warm_after["serving"] is True
+    assert warm_after["space"] == response.space and response.space.startswith("s1-")
     assert code == 0
 
 
@@ -152,7 +153,7 @@ def test_a_stop_while_the_model_loads_ends_serve_without_waiting_for_the_load():
     # which `hedgerow server` exits at once) while the load is still running on its thread.
     release, finished = threading.Event(), threading.Event()
 
-    def held_loader(settings, gpu_settings):
+    def held_loader(settings, gpu_settings, golden):
         release.wait(120)
         finished.set()
 

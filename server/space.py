@@ -1,0 +1,140 @@
+"""This server's embedding space: the facts that decide its vectors, the probe set embedded and
+rounded, and the fingerprint they make (its format is hedgerow/space.py's).
+
+The facts: architecture and the model's config as the engine reads it, a digest of the weight
+files and of tokenizer.json, the templates, pooling, the normalisation default, the width, the
+longest sequence and the compute dtype. The probe: hedgerow's fixed probe texts tokenized with
+the directory's tokenizer.json (a directory without one, as the benchmarks' random-weight
+models may be, is probed with fixed token ids instead), embedded through the engine in fixed
+batches, normalised, each vector rounded to the sides of PROBE_PLANES fixed hyperplanes.
+`measure` runs once, on the engine thread (it steps the engine), before the server serves.
+`embed_sequences` is also how the golden set and `hedgerow guard record` embed their texts, so
+a text's vector is computed the same way everywhere. Knows nothing about gRPC or requests.
+"""
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from hedgerow import space
+from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.checkpoint import weight_files
+from hedgerow.engine.dtype_choice import probe_batch
+from hedgerow.engine.pooling import postprocess
+from hedgerow.errors import InvalidInputError, ModelLoadError
+from hedgerow.tokenizer_file import TOKENIZER_FILE, encode_texts, load_tokenizer
+
+STEP_TOKENS = 2048  # token budget of one step while probing (a fixed cut: the same batches)
+_CHUNK_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    fingerprint: str
+    facts: dict[str, Any]  # what the fingerprint's first part digests (shown on /warmup)
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_digest(directory: Path) -> str:
+    """sha256 over the weight files' names and digests (about a second per GB read)."""
+    listing = "\n".join(f"{path.name} {file_digest(path)}" for path in weight_files(directory))
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def tokenizer(directory: Path):
+    """The directory's tokenizer, or None when it has no tokenizer.json."""
+    if not (directory / TOKENIZER_FILE).is_file():
+        return None
+    return load_tokenizer(directory)
+
+
+def facts(engine: Any, directory: Path) -> dict[str, Any]:
+    """What decides this engine's vectors, as JSON-ready values."""
+    info = engine.info
+    tokenizer_path = directory / TOKENIZER_FILE
+    return {
+        "architecture": info.architecture,
+        "config": dataclasses.asdict(engine.config),
+        "weights": weights_digest(directory),
+        "tokenizer": file_digest(tokenizer_path) if tokenizer_path.is_file() else None,
+        "templates": dict(sorted(info.templates.items())),
+        "pooling": info.pooling,
+        "normalize": info.normalize,
+        "dimensions": info.dimensions,
+        "max_tokens": info.max_tokens,
+        "dtype": info.dtype,
+    }
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 of uint64 `x`: fixed pseudo-random bits that no library upgrade changes."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def plane_signs(count: int, width: int) -> np.ndarray:
+    """`count` fixed hyperplane normals of ±1 entries, float64 [count, width]."""
+    bits = _splitmix64(np.arange(count * width, dtype=np.uint64)) >> np.uint64(63)
+    return np.where(bits.reshape(count, width) == 1, 1.0, -1.0)
+
+
+def round_to_planes(vectors: np.ndarray) -> bytes:
+    """Each row of float [N, D] rounded to the sides of the PROBE_PLANES hyperplanes it lies
+    on: N * PROBE_PLANES bits, packed. A bit flips with probability angle/pi when its vector
+    turns by `angle`, so noise far below the vectors' own differences leaves them alone."""
+    planes = plane_signs(space.PROBE_PLANES, vectors.shape[1])
+    return np.packbits(vectors.astype(np.float64) @ planes.T > 0).tobytes()
+
+
+def embed_sequences(engine: Any, sequences: Sequence[Sequence[int]]) -> np.ndarray:
+    """Token-id sequences -> their normalised vectors, float32 [N, D], in order, embedded in
+    batches cut at STEP_TOKENS (a longer sequence runs alone). Steps the engine: run it on the
+    thread that owns the device."""
+    rows, batch, used = [], [], 0
+    for sequence in [*sequences, None]:
+        if batch and (sequence is None or used + len(sequence) > STEP_TOKENS):
+            ragged = RaggedBatch.from_sequences(batch)
+            engine.validate(ragged)
+            rows.append(np.asarray(engine.step(ragged).synchronize().numpy(), np.float32))
+            batch, used = [], 0
+        if sequence is not None:
+            batch.append(sequence)
+            used += len(sequence)
+    return postprocess(np.concatenate(rows), True, None)
+
+
+def probe_sequences(engine: Any, text_tokenizer: Any) -> list[list[int]]:
+    """The probe set's token ids: the probe texts (cut to the model's longest sequence), or,
+    without a tokenizer, fixed ordinary token ids."""
+    info = engine.info
+    if text_tokenizer is None:
+        batch = probe_batch(info.vocab_size, info.max_tokens)
+        ids, cu = batch.input_ids.tolist(), batch.cu_seqlens.tolist()
+        return [ids[a:b] for a, b in zip(cu[:-1], cu[1:])]
+    try:
+        encoded = encode_texts(text_tokenizer, space.probe_texts(), "", 1 << 30, info.vocab_size)
+    except InvalidInputError as error:
+        raise ModelLoadError(f"the probe texts cannot be tokenized for this model: {error}"
+                             ) from None
+    return [ids[:info.max_tokens] for ids in encoded]
+
+
+def measure(engine: Any, directory: Path, text_tokenizer: Any) -> Space:
+    """The space of `engine`, loaded from `directory` (blocks; steps the engine)."""
+    known = facts(engine, directory)
+    vectors = embed_sequences(engine, probe_sequences(engine, text_tokenizer))
+    return Space(fingerprint=space.compose(known, round_to_planes(vectors)), facts=known)
