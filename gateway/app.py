@@ -36,7 +36,7 @@ from hedgerow.gateway.schema import (
     tokenize_body,
 )
 from hedgerow.gateway.service import Embedded, EmbeddingService
-from hedgerow.gateway.settings import GatewaySettings
+from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.logs import fields
 

@@ -22,7 +22,7 @@ from hedgerow import logs, settings
 from hedgerow.addresses import check_resolves, host_port
 from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError
-from hedgerow.gateway.settings import GatewaySettings
+from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gateway.workers import MULTIPROCESS_DIR, run_workers
 
 HELP = "Run the OpenAI-compatible HTTP gateway: tokenize, chunk and route to servers."

@@ -18,7 +18,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.gateway.admission import Throughput
-from hedgerow.gateway.settings import parse_address
+from hedgerow.gateway_settings import parse_address
 from hedgerow.logs import fields
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 

@@ -19,7 +19,7 @@ from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard, refine_with_info
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.schema import Inputs, check_token_range, parse_inputs
-from hedgerow.gateway.settings import GatewaySettings
+from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gateway.tokenizer import Sequences, TextTokenizer, too_long_message
 
 # Why token ids are refused unless --accept-token-ids: the message a LangChain user reads.

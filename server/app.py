@@ -40,7 +40,7 @@ from hedgerow.server.loop import EmbedLoop
 from hedgerow.server.metrics import ServerMetrics
 from hedgerow.server.scheduler import Scheduler
 from hedgerow.server.service import SERVICE_NAME, EmbedderService, add_to_server
-from hedgerow.server.settings import ServerSettings
+from hedgerow.server_settings import ServerSettings
 from hedgerow.server.state import ServerState, warmup_report
 from hedgerow.warmup_report import GoldenCheck
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from hedgerow.server.loop import EmbedLoop
 from hedgerow.server.metrics import ServerMetrics
-from hedgerow.server.settings import ServerSettings
+from hedgerow.server_settings import ServerSettings
 from hedgerow.server.space import Space
 from hedgerow.warmup_report import GoldenCheck, WarmupReport, from_engine
 

@@ -30,7 +30,7 @@ from hedgerow import settings
 from hedgerow.commands.serve import server_serving
 from hedgerow.gateway.main import build_app
 from hedgerow.gateway.protocol import HttpServer, Limits
-from hedgerow.gateway.settings import GatewaySettings
+from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 384

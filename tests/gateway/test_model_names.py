@@ -64,7 +64,7 @@ def test_token_ids_are_embedded_when_accepted(gateway_factory):
 def test_bad_model_names_are_refused_at_start(overrides, says):
     settings = dict(servers=("127.0.0.1:1",), **overrides)
     if "served_model_aliases" in overrides:
-        from hedgerow.gateway.settings import GatewaySettings
+        from hedgerow.gateway_settings import GatewaySettings
 
         with pytest.raises(ConfigError, match=says):
             GatewaySettings(**settings)

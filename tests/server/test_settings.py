@@ -6,7 +6,7 @@ import pytest
 
 from hedgerow import settings
 from hedgerow.errors import ConfigError
-from hedgerow.server.settings import ServerSettings
+from hedgerow.server_settings import ServerSettings
 
 
 def load(*argv: str, environ=None) -> ServerSettings:

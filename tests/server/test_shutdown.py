@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.server.app import StoppedWhileLoading, load_engine, serve
 from hedgerow.server.convert import decode_embeddings
-from hedgerow.server.settings import ServerSettings
+from hedgerow.server_settings import ServerSettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 from tests.server.conftest import embed_request, free_port
 
