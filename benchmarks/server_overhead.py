@@ -167,7 +167,7 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
 
     from hedgerow import logs
     from hedgerow.server.app import serve
-    from hedgerow.server.settings import ServerSettings
+    from hedgerow.server_settings import ServerSettings
 
     logs.configure("warning")
     if case == "echo-sync":
