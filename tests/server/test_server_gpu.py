@@ -24,7 +24,7 @@ from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.gpu_settings import GpuSettings  # noqa: E402
 from hedgerow.engine.pooling import postprocess  # noqa: E402
 from hedgerow.server.convert import decode_embeddings  # noqa: E402
-from hedgerow.wire import embed_pb2_grpc  # noqa: E402
+from hedgerow.wire import embed_pb2, embed_pb2_grpc  # noqa: E402
 from tests.server.conftest import embed_request  # noqa: E402
 
 VOCAB = 1000
@@ -97,3 +97,15 @@ def test_concurrent_requests_on_the_gpu_get_their_own_results(server, engine):
         assert cosine.min().item() >= 0.999, cosine
     assert server.metric("hedgerow_tokens_total") >= sum(len(s) for r in requests for s in r)
     assert server.warmup()["steps"] >= 2
+
+
+def test_a_second_start_of_the_model_reports_the_same_space(server, start_server, model_dir):
+    """The fingerprint's probe part survives GPU run-to-run noise: a gateway treats two
+    replicas of one model as one space only if their starts agree."""
+    again = start_server("--model", str(model_dir), "--device", "cuda", "--dtype", "bfloat16",
+                         "--max-batch-tokens", "512", "--max-batch-seqs", "8", *GRAPH_FLAGS)
+    with grpc.insecure_channel(server.address) as first, \
+            grpc.insecure_channel(again.address) as second:
+        spaces = [embed_pb2_grpc.EmbedderStub(channel).Info(embed_pb2.InfoRequest(), timeout=30)
+                  .space for channel in (first, second)]
+    assert spaces[0].startswith("s1-") and spaces[0] == spaces[1], spaces
