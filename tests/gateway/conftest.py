@@ -145,8 +145,9 @@ class StandIn:
     def answering_space(self) -> str:
         return self.space if self.answer_space is None else self.answer_space
 
-    def stop(self) -> None:
-        if isinstance(self.health, health.HealthServicer):
+    def stop(self, graceful: bool = True) -> None:
+        """Stop serving; `graceful` first tells health watchers NOT_SERVING."""
+        if graceful and isinstance(self.health, health.HealthServicer):
             self.health.enter_graceful_shutdown()
         self.server.stop(grace=None)
 
@@ -155,8 +156,11 @@ class StandIn:
 def standins():
     servers = [StandIn(), StandIn()]
     yield servers
+    # Not graceful: grpc_health's sync servicer sends NOT_SERVING under its lock and waits for
+    # the send, while the server thread closing a departed gateway's Watch waits for that lock
+    # (a deadlock seen at teardown under load). The real server uses the asyncio servicer.
     for server in servers:
-        server.stop()
+        server.stop(graceful=False)
 
 
 def make_settings(**overrides) -> GatewaySettings:

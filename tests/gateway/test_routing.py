@@ -276,7 +276,7 @@ def test_a_server_whose_info_failed_once_joins_traffic_when_it_answers(gateway_f
         assert answer.status_code == 200, answer.text
         assert server.info_failures == 0
     finally:
-        server.stop()
+        server.stop(graceful=False)
 
 
 def test_a_server_that_starts_after_the_gateway_joins_traffic(gateway_factory):
@@ -291,7 +291,7 @@ def test_a_server_that_starts_after_the_gateway_joins_traffic(gateway_factory):
         answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "late"})
         assert answer.status_code == 200, answer.text
     finally:
-        late.stop()
+        late.stop(graceful=False)
 
 
 def test_a_large_tokenization_does_not_stall_a_small_request(standins, gateway_factory):
