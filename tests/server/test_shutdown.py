@@ -36,8 +36,8 @@ def test_sigterm_drains_in_flight_work_then_exits_zero(start_server):
             stub = embed_pb2_grpc.EmbedderStub(channel)
             calls = [asyncio.ensure_future(stub.Embed(embed_request(seqs), timeout=300))
                      for seqs in requests]
-            while server.metric("hedgerow_tokens_total") == 0:
-                await asyncio.sleep(0.02)           # admitted, and the engine has started
+            while not _all_admitted_and_started(server, 4 * 8 * 256):
+                await asyncio.sleep(0.02)
             server.proc.send_signal(15)             # SIGTERM
             await asyncio.sleep(0.2)
             health = await asyncio.to_thread(server.health)
@@ -57,6 +57,18 @@ def test_sigterm_drains_in_flight_work_then_exits_zero(start_server):
     assert server.proc.wait(120) == 0
     log = server.log_text()
     assert "event=server.draining" in log and "drained=True" in log
+
+
+def _all_admitted_and_started(server, tokens: int) -> bool:
+    """Every admitted token is either waiting in the pool or was handed to the engine.
+
+    The counter is read before the gauge: a batch formed between the two reads makes the sum
+    smaller, never larger, so reaching `tokens` proves every request was admitted (a SIGTERM
+    before the last one arrived would rightly refuse it).
+    """
+    handed = server.metric("hedgerow_tokens_total")
+    waiting = server.metric("hedgerow_pool_tokens")
+    return handed > 0 and handed + waiting == tokens
 
 
 def test_an_open_health_watch_does_not_hold_an_idle_shutdown_for_the_grace(start_server):
