@@ -167,6 +167,7 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
 
     from hedgerow import logs
     from hedgerow.server.app import serve
+    from hedgerow.server.space import Space
     from hedgerow.server_settings import ServerSettings
 
     logs.configure("warning")
@@ -192,7 +193,9 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
         settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
                                   device="cpu", inflight_batches=2 if case == "device" else 0,
                                   log_level="warning")
-        return await serve(settings, stop=stop, loader=lambda s, g: StandInEngine(delay))
+        stand_in = Space(fingerprint="stand-in", facts={})  # nothing to fingerprint
+        return await serve(settings, stop=stop,
+                           loader=lambda *_: (StandInEngine(delay), stand_in, None))
 
     profiler = cProfile.Profile() if profile else None
     if profiler:
