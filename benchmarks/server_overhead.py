@@ -8,6 +8,9 @@ What runs: each case starts a server in a child process on loopback and a sync g
   echo-aio   a bare grpc.aio servicer on uvloop answering Embed with a fixed 4 KiB response:
              the floor (what gRPC itself costs, no server code at all);
   echo-sync  the same with a sync grpc.server and a thread pool, to compare the two models;
+  echo-hop   echo-aio plus one round trip through a worker thread per call (a SimpleQueue put,
+             `call_soon_threadsafe` back), as the server's engine thread makes: the floor of
+             a design whose device calls all run on one thread;
   instant    the REAL server stack (`hedgerow.server.app.serve`: servicer, decoding and
              validation, admission, the scheduling loop, the engine thread, postprocessing,
              encoding, metrics) with a STAND-IN ENGINE, FOR TIMING ONLY: its `step` returns a
@@ -40,6 +43,7 @@ import cProfile
 import io
 import os
 import pstats
+import queue
 import signal
 import subprocess
 import sys
@@ -56,7 +60,7 @@ from hedgerow.bench.processes import at_least, free_port, grpc_serving, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
-CASES = ("echo-aio", "echo-sync", "instant", "device")
+CASES = ("echo-aio", "echo-sync", "echo-hop", "instant", "device")
 
 
 # --- the child: one server per case ----------------------------------------------------------
@@ -127,6 +131,27 @@ class EchoAio(embed_pb2_grpc.EmbedderServicer):
         return self._response
 
 
+class EchoHop(EchoAio):
+    """EchoAio, but each call waits for a worker thread to hand it back (one round trip)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            loop, future = self._jobs.get()
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    async def Embed(self, request, context):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._jobs.put((loop, future))
+        await future
+        return self._response
+
+
 class EchoSync(embed_pb2_grpc.EmbedderServicer):
     def __init__(self) -> None:
         self._response = embed_pb2.EmbedResponse(embeddings=bytes(4 * WIDTH), shape=[1, WIDTH],
@@ -144,11 +169,11 @@ def _serving_health(server) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
 
 
-async def _echo_aio(port: int, stop: asyncio.Event) -> int:
+async def _echo_aio(port: int, stop: asyncio.Event, servicer: EchoAio) -> int:
     from grpc_health.v1._async import HealthServicer
 
     server = grpc.aio.server()
-    embed_pb2_grpc.add_EmbedderServicer_to_server(EchoAio(), server)
+    embed_pb2_grpc.add_EmbedderServicer_to_server(servicer, server)
     health = HealthServicer()
     await health.set("", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -187,8 +212,8 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
 
     async def main() -> int:
         stop = asyncio.Event()
-        if case == "echo-aio":
-            return await _echo_aio(port, stop)
+        if case in ("echo-aio", "echo-hop"):
+            return await _echo_aio(port, stop, EchoHop() if case == "echo-hop" else EchoAio())
         delay = device_ms / 1e3 if case == "device" else 0.0
         settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
                                   device="cpu", inflight_batches=2 if case == "device" else 0,
@@ -354,7 +379,7 @@ def report(cases: dict[str, Case], args) -> None:
         return
     print("\nagainst the floor (bare grpc.aio echo), per round: median [range]")
     floor = [row["p50"] for row in echo.rounds]
-    for name, device in (("instant", 0.0), ("device", args.device_ms * 1e3)):
+    for name, device in (("echo-hop", 0.0), ("instant", 0.0), ("device", args.device_ms * 1e3)):
         if name not in cases:
             continue
         rows = cases[name].rounds
