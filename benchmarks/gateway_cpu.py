@@ -2,10 +2,15 @@
 
     .venv/bin/python -P benchmarks/gateway_cpu.py [--requests 300] [--rounds 3] [--texts 20000]
     .venv/bin/python -P benchmarks/gateway_cpu.py --server 127.0.0.1:50051 --gateway http://127.0.0.1:8080
+    .venv/bin/python -P benchmarks/gateway_cpu.py --stand-in-ms 0    # the gateway alone
 
 Unless `--server` and `--gateway` are given, starts `hedgerow server` (packaged all-MiniLM-L6-v2,
 CPU, its defaults) and `hedgerow gateway` in front of it (its defaults: one worker per core) on
-free loopback ports. Then measures:
+free loopback ports. With `--stand-in-ms MS` the server is instead the stand-in of
+benchmarks/server_overhead.py, FOR TIMING ONLY (no model: zeros, 1024 wide), answering MS ms
+after a request reaches its engine: at 0 the gateway's own cost shows without the model's
+time and noise; at about the model's step time (10) the same cost shows after the gateway has
+waited idle that long, as it does in front of the real model. Then measures:
   1. added latency, for a short query (about 10 tokens) and a long one (about 200): each is sent
      `--requests` times each way per round, alternating request by request so drift hits both
      paths alike: straight to the server over gRPC (a sync grpc client, token ids already made)
@@ -32,6 +37,7 @@ import httpx
 import numpy as np
 
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, stop, wait
+from hedgerow.bench.server_overhead import start as start_stand_in
 from hedgerow.defaults import default_model_path
 from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -131,9 +137,15 @@ def main() -> int:
     parser.add_argument("--batch", type=at_least(1), default=256)
     parser.add_argument("--server", help="a running server's gRPC host:port")
     parser.add_argument("--gateway", help="a running gateway's URL in front of --server")
+    parser.add_argument("--stand-in-ms", type=float, metavar="MS",
+                        help="put the gateway in front of a stand-in server answering MS ms "
+                        "after each request reaches it (timing only, no model)")
     parser.add_argument("gateway_flags", nargs="*",
                         help="extra `hedgerow gateway` flags after -- (when it is started here)")
     args = parser.parse_args()
+    if args.stand_in_ms is not None and (args.stand_in_ms < 0 or args.server):
+        parser.error("--stand-in-ms takes a time >= 0, and starts its own server and gateway "
+                     "(not with --server/--gateway)")
 
     tokenizer = TextTokenizer(default_model_path(), threads=1)
     children = []
@@ -142,9 +154,14 @@ def main() -> int:
         if not (server and gateway):
             port, http_port, gw_port = free_port(), free_port(), free_port()
             server, gateway = f"127.0.0.1:{port}", f"http://127.0.0.1:{gw_port}"
-            children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
-                                   "--http-port", str(http_port)]))
-            wait("server", children[-1], lambda: grpc_serving(server))
+            if args.stand_in_ms is None:
+                children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
+                                       "--http-port", str(http_port)]))
+                wait("server", children[-1], lambda: grpc_serving(server))
+            else:
+                case = "device" if args.stand_in_ms > 0 else "instant"
+                stand_in, server = start_stand_in(case, args.stand_in_ms, False, http_port)
+                children.append(stand_in)
             children.append(start(["gateway", "--servers", server, "--port", str(gw_port),
                                    *args.gateway_flags]))
             wait("gateway", children[-1], lambda: ready(gateway))
@@ -156,7 +173,9 @@ def main() -> int:
             stop(child)
         tokenizer.close()
 
-    print(f"\nGateway on CPU, all-MiniLM-L6-v2, {args.rounds} rounds of {args.requests} "
+    behind = ("all-MiniLM-L6-v2" if args.stand_in_ms is None else
+              f"a stand-in server answering after {args.stand_in_ms:g} ms (no model)")
+    print(f"\nGateway on CPU, {behind}, {args.rounds} rounds of {args.requests} "
           "sequential requests each way per query, alternating (noisy on a shared machine)\n")
     print("| query | path | p50 ms | p99 ms |\n| --- | --- | ---: | ---: |")
     for result in results:
