@@ -20,7 +20,8 @@ waited idle that long, as it does in front of the real model. Then measures:
      and the median of the per-round difference p50s. The HTTP client is a few lines of socket
      code, so that the gateway's cost is not hidden behind a client library's.
   2. tokenization throughput of the gateway's tokenizer (HF `tokenizers`, batch encode, in this
-     process): `--texts` texts of mixed length in batches of `--batch`; texts/s and tokens/s.
+     process): `--texts` texts of mixed length in batches of `--batch`; texts/s and tokens/s;
+     and each query tokenized alone, back to back and after 10 ms of sleep each time.
 Client, gateway and server share this machine's cores: on a small or busy machine the numbers
 are noisy and pessimistic.
 """
@@ -114,6 +115,20 @@ def paired(server: str, gateway: str, tokenizer: TextTokenizer, text: str, reque
             "round_medians": np.asarray(medians) * 1e3}
 
 
+def one_text(tokenizer: TextTokenizer, text: str, pause: float, count: int = 300) -> float:
+    """p50 µs to tokenize `text` alone, each call after `pause` seconds of sleep: after a pause
+    the same call runs on a CPU whose caches the pause let go cold, as a gateway's does while
+    it waits for a server."""
+    times = []
+    for _ in range(count):
+        if pause:
+            time.sleep(pause)
+        began = time.perf_counter()
+        tokenizer.encode_sync([text], "", 100_000, False)
+        times.append(time.perf_counter() - began)
+    return float(np.median(times)) * 1e6
+
+
 def tokenization(tokenizer: TextTokenizer, count: int, batch: int) -> tuple[float, float, int]:
     rng = random.Random(0)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 120)))
@@ -168,6 +183,8 @@ def main() -> int:
         results = [paired(server, gateway, tokenizer, text, args.requests, args.rounds)
                    for text in (SHORT, LONG)]
         texts_s, tokens_s, tokens = tokenization(tokenizer, args.texts, args.batch)
+        alone = {(text, pause): one_text(tokenizer, text, pause)
+                 for text in (SHORT, LONG) for pause in (0.0, 0.01)}
     finally:
         for child in reversed(children):
             stop(child)
@@ -193,6 +210,10 @@ def main() -> int:
     print(f"\nTokenization (HF tokenizers, batches of {args.batch}, one thread): "
           f"{args.texts} texts, {tokens} tokens\n")
     print(f"| texts/s | tokens/s |\n| ---: | ---: |\n| {texts_s:,.0f} | {tokens_s:,.0f} |")
+    print("\nOne text alone, p50 µs: back to back, and each after a 10 ms sleep\n")
+    print("| query | back to back | after 10 ms idle |\n| --- | ---: | ---: |")
+    for result, text in zip(results, (SHORT, LONG)):
+        print(f"| {result['tokens']} tokens | {alone[text, 0.0]:.0f} | {alone[text, 0.01]:.0f} |")
     return 0
 
 
