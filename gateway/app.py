@@ -6,8 +6,9 @@ OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and
 and Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
 Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info`, `/health`,
 `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`. Operations:
-`GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings names their space in
-the header `x-embedding-space` (OpenAI's body also in `embedding_space`). Request logic lives in
+`GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank scores
+names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
+`embedding_space`). Request logic lives in
 `service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in
 `http.py` and `protocol.py`; errors are translated in `http_errors.py`, in the shape of the
 route's API.
@@ -50,9 +51,9 @@ OPENAI_TIMEOUT_HEADER = b"x-stainless-read-timeout"
 INLINE_ENCODE_VALUES = 64 * 1024
 
 
-def space_header(result: Embedded) -> tuple[tuple[bytes, bytes], ...]:
-    """The header that names the embedding space of an answer's vectors."""
-    return ((SPACE_HEADER, result.space.encode()),)
+def space_header(space: str) -> tuple[tuple[bytes, bytes], ...]:
+    """The header that names the embedding space of an answer's vectors or scores."""
+    return ((SPACE_HEADER, space.encode()),)
 
 
 def _seconds(raw: str | None) -> float | None:
@@ -138,7 +139,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     async def encoded(encode, result: Embedded) -> Response:
         """The body `encode()` writes, with the header naming the vectors' space; a large one
         is encoded in a thread so the event loop keeps serving."""
-        headers = space_header(result)
+        headers = space_header(result.space)
         if result.embeddings.size <= INLINE_ENCODE_VALUES:
             return Response(encode(), headers=headers, tokens=result.prompt_tokens)
         return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
@@ -150,7 +151,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(rerank_body(result, model=service.card.name,
                                     return_documents=body.return_documents),
-                        tokens=result.total_tokens)
+                        headers=space_header(result.space), tokens=result.total_tokens)
 
     @app.route("POST", "/tokenize")
     async def tokenize(request: Request) -> Response:
@@ -210,7 +211,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     async def cohere_rerank(request: Request) -> Response:
         result = await reranker.rerank(cohere.rerank_request(body_of(request)),
                                        deadline=deadline(request))
-        return Response(cohere.rerank_body(result), tokens=result.total_tokens)
+        return Response(cohere.rerank_body(result), headers=space_header(result.space),
+                        tokens=result.total_tokens)
 
     # --- Text Embeddings Inference ------------------------------------------------------------
 
@@ -231,7 +233,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                                                "parameters.prompt_name"),
                                      truncate=body.truncate, deadline=deadline(request),
                                      param="inputs.sentences")
-        return Response(tei.similarity_body(result.embeddings), headers=space_header(result),
+        return Response(tei.similarity_body(result.embeddings), headers=space_header(result.space),
                         tokens=result.prompt_tokens)
 
     @app.route("POST", "/embed", errors=Style.TEI)
@@ -256,7 +258,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         body = tei.rerank_request(body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(tei.rerank_body(result, body.return_documents),
-                        tokens=result.total_tokens)
+                        headers=space_header(result.space), tokens=result.total_tokens)
 
     @app.route("GET", "/info", errors=Style.TEI)
     async def info(request: Request) -> Response:

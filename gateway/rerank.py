@@ -55,6 +55,7 @@ class Reranked:
     ranked: list[tuple[int, float]]  # (document index, relevance score float32), best first
     documents: list[str]             # the request's documents, in request order
     total_tokens: int                # the query's and the documents' tokens, templates included
+    space: str                       # fingerprint of the embedding space the scores came from
 
 
 def parse_query(value: Any) -> str:
@@ -196,10 +197,10 @@ class Reranker:
         # Each chunk carries the query too, so the documents get the budget less the query.
         chunks = plan_chunks(document_ids.lengths,
                              max(1, service.chunk_budget() - query_ids.total_tokens))
-        parts = await service.router.score(query_ids.input_ids, document_ids, chunks,
-                                           top_n=top_n, deadline=deadline)
+        parts, space = await service.router.score(query_ids.input_ids, document_ids, chunks,
+                                                  top_n=top_n, deadline=deadline)
         ranked = merge_ranked(((indices.tolist(), scores.tolist()) for indices, scores in parts),
                               top_n)
         service.metrics.tokens.inc(total + query_ids.total_tokens * (len(chunks) - 1))
         service.metrics.inputs.inc(len(documents) + len(chunks))
-        return Reranked(ranked=ranked, documents=documents, total_tokens=total)
+        return Reranked(ranked=ranked, documents=documents, total_tokens=total, space=space)

@@ -334,19 +334,20 @@ class Router:
         *,
         top_n: int,
         deadline: float,
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
         """Score every chunk of documents against the query, each chunk on one replica.
 
         `query` is int32 [q]; each chunk travels as one Score call carrying the query and its
         documents, asking for min(top_n, chunk size). Returns, per chunk in order, (indices
-        int64 [k_c] as GLOBAL document indices, scores float32 [k_c]) best first. Raises as
-        `embed` does.
+        int64 [k_c] as GLOBAL document indices, scores float32 [k_c]) best first, and the
+        fingerprint of the one space every chunk was scored in. Raises as `embed` does.
         """
         self.admit(documents.total_tokens + len(query) * len(chunks), deadline)
         starts = documents.starts()
         space = self._request_space(len(chunks))
-        return await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
-                                                 deadline, space) for chunk in chunks)
+        results = await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
+                                                    deadline, space) for chunk in chunks)
+        return [(indices, scores) for indices, scores, _ in results], results[0][2]
 
     async def _all(self, calls: Iterable[Awaitable[T]]) -> list[T]:
         """Run the per-chunk calls concurrently; the first failure cancels the others.
@@ -376,7 +377,7 @@ class Router:
         top_n: int,
         deadline: float,
         space: str | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, str]:
         input_ids, cu_seqlens = pack_with_query(query, documents.input_ids, starts, chunk)
         wanted = min(top_n, chunk.size)
         request = embed_pb2.ScoreRequest(input_ids=input_ids, cu_seqlens=cu_seqlens,
@@ -384,7 +385,7 @@ class Router:
         tokens = chunk.tokens + len(query)
         response = await self._send("Score", request, chunk, tokens, deadline, space)
         local, scores = decode_scores(response, wanted, chunk.size)
-        return local + chunk.start, scores
+        return local + chunk.start, scores, response.space
 
     async def _send(self, method: str, request, chunk: Chunk, tokens: int, deadline: float,
                     space: str | None = None):

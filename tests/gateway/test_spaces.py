@@ -59,6 +59,19 @@ def test_every_embeddings_route_names_the_space_in_a_header(two_spaces, gateway_
     assert answer.headers["x-embedding-space"] in two_spaces.values()
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/rerank", {"query": "hedge", "documents": ["row", "bank", "ditch"]}),
+    ("/v2/rerank", {"model": MODEL, "query": "hedge", "documents": ["row", "bank"]}),
+    ("/rerank", {"query": "hedge", "texts": ["row", "bank"]}),
+], ids=["v1", "cohere", "tei"])
+def test_every_rerank_route_names_the_space_of_its_scores(two_spaces, gateway_factory, path,
+                                                          body):
+    client = gateway_factory()
+    answer = client.post(path, json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-embedding-space"] in two_spaces.values()
+
+
 def test_a_request_of_many_chunks_never_mixes_two_spaces(two_spaces, gateway_factory):
     client = gateway_factory(chunk_tokens=32)
     texts = [f"document {i} " + "word " * (i % 5) for i in range(40)]
