@@ -9,6 +9,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from hedgerow.engine.attention import CpuRaggedAttention
+from hedgerow.engine.checkpoint import weight_files
 from hedgerow.engine.engine import Engine
 from hedgerow.engine.loader import load_model
 from hedgerow.engine.positions import token_layout
@@ -45,6 +46,18 @@ def test_sharded_safetensors_with_an_index_load_like_one_file(tmp_path, bert_dir
     ids = [5, 9, 14, 2, 60]
     torch.testing.assert_close(_hidden(load_model(tmp_path / "sharded"), ids),
                                _hidden(load_model(bert_dir), ids), rtol=0, atol=0)
+
+
+def test_a_sharded_checkpoints_weight_files_are_its_shards_and_index(tmp_path, bert_dir):
+    """What the embedding space's weights digest reads: every shard and the index, no other
+    file, and the one file of an unsharded checkpoint."""
+    directory = tmp_path / "sharded"
+    transformers.BertModel(_tiny_bert_config()).save_pretrained(directory, max_shard_size="20KB")
+    (directory / "notes.safetensors.bak").write_text("not weights")
+    expected = sorted([*directory.glob("model-*.safetensors"),
+                       directory / "model.safetensors.index.json"])
+    assert len(expected) > 3 and weight_files(directory) == expected
+    assert weight_files(bert_dir) == [bert_dir / "model.safetensors"]
 
 
 def test_defaults_without_sentence_transformers_files(bert_dir):
