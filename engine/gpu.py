@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch._dynamo.exc import TorchDynamoException
 
+from hedgerow.engine import compile_cache
 from hedgerow.engine.attention_cuda import AttentionChooser, AttentionFn
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.graphs import CaptureError, GraphCache
@@ -153,6 +154,8 @@ class CudaStepper:
         self._model_and_pool = self._eager_model_and_pool
         self.compiled = settings.compile
         if settings.compile:
+            if settings.compile_cache is not None:
+                compile_cache.use(settings.compile_cache)
             # Inductor fuses the elementwise chains (norms, RoPE, activations, residual adds)
             # into generated kernels; one dynamic-shape compile serves every bucket, and the
             # first (eager) hit of each configuration absorbs any recompile before capture.

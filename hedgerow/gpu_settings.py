@@ -7,6 +7,7 @@ schema and the server pods' environment from the same definitions. The grid's de
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from hedgerow.graph_grid import Config, GraphGrid, parse_hot_set
 from hedgerow.settings import setting
@@ -49,6 +50,12 @@ class GpuSettings:
         "norms, RoPE, activations and residual adds (measured on an H200: Qwen3-0.6B 1x128 "
         "2.77 -> 1.61 ms, BGE-M3 1.36 -> 1.09 ms), at the cost of one compile at start (30-45 s "
         "for those models). Batches past the graph grid run uncompiled.")
+    compile_cache: Path | None = setting(
+        None, "Directory that keeps what --compile compiled (Inductor's graphs and autotuning, "
+        "Triton's kernels) across starts: a server that finds its compile there reuses it "
+        "instead of building it again (the model is still traced at each start). Give every "
+        "replica the same volume and a new one reuses it too. Unset: torch's default under "
+        "/tmp, which lasts as long as the container's /tmp.")
 
     def grid(self) -> GraphGrid:
         return GraphGrid(max_tokens=self.graph_max_tokens, max_seqs=self.graph_max_seqs,

@@ -27,6 +27,8 @@ STARTUP_PERIOD_SECONDS = 10
 GOLDEN_SET_VOLUME = "golden-set"
 GOLDEN_SET_DIR = "/etc/hedgerow/golden-set"
 GOLDEN_SET_PATH = f"{GOLDEN_SET_DIR}/{golden_set.CONFIG_MAP_KEY}"
+COMPILE_CACHE_VOLUME = "compile-cache"
+COMPILE_CACHE_DIR = "/var/cache/hedgerow/compile"
 
 
 def server_env(service: Service) -> dict[str, str]:
@@ -43,6 +45,8 @@ def server_env(service: Service) -> dict[str, str]:
     }
     if "guard" in service.spec:
         env[settings.env_name("golden_set")] = GOLDEN_SET_PATH
+    if "compileCache" in server:
+        env[settings.env_name("compile_cache")] = COMPILE_CACHE_DIR
     if server["gpus"] == 0:
         env[settings.env_name("cpu_threads")] = str(cpu_threads(server["cpu"]))
     return env
@@ -116,6 +120,15 @@ def _container(service: Service, mounts: list[dict]) -> dict:
     return container
 
 
+def _compile_cache_volume(cache: dict) -> dict:
+    """spec.server.compileCache as a writable volume (a PVC, or a directory on the node)."""
+    if "persistentVolumeClaim" in cache:
+        return {"name": COMPILE_CACHE_VOLUME,
+                "persistentVolumeClaim": {"claimName": cache["persistentVolumeClaim"]["claimName"]}}
+    return {"name": COMPILE_CACHE_VOLUME,
+            "hostPath": {"path": cache["hostPath"]["path"], "type": "DirectoryOrCreate"}}
+
+
 def build_server_deployment(service: Service, config: dict,
                             golden_set_digest: str | None = None) -> dict:
     """The server Deployment; `config` is build_server_config's ConfigMap (hashed into the
@@ -134,6 +147,13 @@ def build_server_deployment(service: Service, config: dict,
                        "readOnly": True})
         if golden_set_digest:
             annotations[names.GOLDEN_SET_HASH_ANNOTATION] = golden_set_digest
+    cache = server.get("compileCache")
+    if cache is not None:
+        volumes.append(_compile_cache_volume(cache))
+        mount = {"name": COMPILE_CACHE_VOLUME, "mountPath": COMPILE_CACHE_DIR}
+        if cache.get("persistentVolumeClaim", {}).get("subPath"):
+            mount["subPath"] = cache["persistentVolumeClaim"]["subPath"]
+        mounts.append(mount)
     pod_spec = {
         "securityContext": pod_security_context(),
         "terminationGracePeriodSeconds": server["drainSeconds"] + KILL_MARGIN_SECONDS

@@ -16,7 +16,7 @@ import yaml
 
 from hedgerow import golden_set
 from hedgerow.graph_grid import GraphGrid
-from hedgerow.operator import knobs
+from hedgerow.operator import knobs, names
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -39,7 +39,8 @@ MAX_NAME_LENGTH = 40
 CHILD_SUFFIXES = ("-server", "-gateway")
 # Paths the builders mount in every pod (build_common, build_server, build_gateway): the model
 # volume must not land on one of them.
-RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set")
+RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set",
+                        "/var/cache/hedgerow/compile")
 
 # What the API server checks on the children (names of Secrets, PVCs, PriorityClasses; label
 # and taint keys and values): checked here so such a spec is refused on apply.
@@ -178,6 +179,44 @@ def _image(component: str, runs: str) -> dict:
     }
 
 
+def _compile_cache() -> dict:
+    return obj(
+        {
+            "persistentVolumeClaim": obj(
+                {
+                    "claimName": string("Name of the PersistentVolumeClaim (ReadWriteMany when "
+                                        "server pods span nodes).", min_length=1,
+                                        max_length=253, pattern=DNS_SUBDOMAIN),
+                    "subPath": string("Sub-directory of the volume to use.", max_length=1024),
+                },
+                "Keep the cache on a PVC, shared by every server pod.",
+                required=("claimName",),
+            ),
+            "hostPath": obj(
+                {"path": string("Directory on the node, writable by the server's user "
+                                f"(uid and gid {names.RUN_AS_USER}; a directory the kubelet "
+                                "creates is root's).", pattern=r"^/", max_length=1024)},
+                "Keep the cache in a directory on each node: pods on a node share it.",
+                required=("path",),
+            ),
+        },
+        "A writable volume for torch.compile's caches (the server's --compile-cache): a "
+        "server pod that finds an earlier pod's compile there reuses its generated graphs and "
+        "kernels instead of building them again. Without it each new pod compiles from "
+        "scratch.",
+        rules=(
+            rule("has(self.persistentVolumeClaim) != has(self.hostPath)",
+                 "give exactly one of server.compileCache.persistentVolumeClaim and "
+                 "server.compileCache.hostPath"),
+            rule("!has(self.persistentVolumeClaim) || !has(self.persistentVolumeClaim.subPath) "
+                 "|| !(self.persistentVolumeClaim.subPath.startsWith('/') || "
+                 "self.persistentVolumeClaim.subPath.matches('(^|/)[.][.](/|$)'))",
+                 "server.compileCache.persistentVolumeClaim.subPath must be a relative path "
+                 "without '..'"),
+        ),
+    )
+
+
 def _server() -> dict:
     return obj(
         {
@@ -208,6 +247,7 @@ def _server() -> dict:
             "startupSeconds": integer("How long a server may take to load the model and start "
                                       "gRPC before it is restarted.", default=900, minimum=10,
                                       maximum=7200),
+            "compileCache": _compile_cache(),
         },
         "The gRPC embedding servers (one per GPU).",
         required=("image",),

@@ -50,6 +50,10 @@ SPECS = {
                             templates={"query": "query: ", "document": "passage: "},
                             apiKeySecret={"name": "keys"})),
     "guarded": lambda s: s.update(guard={"configMap": "bge-golden", "key": "set.json"}),
+    "cached-on-pvc": lambda s: s["server"].update(
+        compileCache={"persistentVolumeClaim": {"claimName": "compile", "subPath": "bge"}}),
+    "cached-on-node": lambda s: s["server"].update(
+        compileCache={"hostPath": {"path": "/var/lib/hedgerow-compile"}}),
 }
 
 
@@ -257,3 +261,26 @@ def test_a_guard_mounts_the_golden_set_where_the_server_reads_it():
     template = unguarded[("Deployment", "emb-server")]["spec"]["template"]
     assert names.GOLDEN_SET_HASH_ANNOTATION not in template["metadata"]["annotations"]
     assert "HEDGEROW_GOLDEN_SET" not in unguarded[("ConfigMap", "emb-server")]["data"]
+
+
+@pytest.mark.parametrize("spec, volume", [
+    ("cached-on-pvc", {"persistentVolumeClaim": {"claimName": "compile"}}),
+    ("cached-on-node", {"hostPath": {"path": "/var/lib/hedgerow-compile",
+                                     "type": "DirectoryOrCreate"}}),
+])
+def test_a_compile_cache_is_mounted_writable_where_the_server_keeps_its_compile(spec, volume):
+    from hedgerow import settings as settings_lib
+    from hedgerow.gpu_settings import GpuSettings
+
+    children = _by_kind(build_all(_service(spec)))
+    pod = children[("Deployment", "emb-server")]["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "compile-cache") == \
+        {"name": "compile-cache", **volume}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "compile-cache")
+    assert not mount.get("readOnly")
+    assert mount.get("subPath") == ("bge" if spec == "cached-on-pvc" else None)
+    env = children[("ConfigMap", "emb-server")]["data"]
+    gpu = settings_lib.load(GpuSettings, None, environ=env)
+    assert str(gpu.compile_cache) == mount["mountPath"]
+    uncached = _by_kind(build_all(_service("defaults")))
+    assert "HEDGEROW_COMPILE_CACHE" not in uncached[("ConfigMap", "emb-server")]["data"]

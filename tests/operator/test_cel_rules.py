@@ -72,6 +72,12 @@ MUTATIONS = [
     lambda b: b["spec"]["server"].update(nodeSelector={"gpu type": "h200"}),
     lambda b: b["spec"].update(guard={"configMap": "golden"}),
     lambda b: b["spec"].update(guard={"configMap": "golden"}, warmup={"readinessGate": False}),
+    lambda b: b["spec"]["server"].update(compileCache={"hostPath": {"path": "/c"}}),
+    lambda b: b["spec"]["server"].update(compileCache={
+        "persistentVolumeClaim": {"claimName": "c", "subPath": "bge"}}),
+    lambda b: b["spec"]["server"].update(compileCache={}),
+    lambda b: b["spec"]["server"].update(compileCache={
+        "persistentVolumeClaim": {"claimName": "c", "subPath": "../x"}}),
 ]
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -143,6 +149,13 @@ def test_the_examples_are_admitted(path):
      "spec.guard.minCosine"),
     (lambda b: b["spec"].update(guard={"configMap": "Golden Set"}), "spec.guard.configMap"),
     (lambda b: b["spec"].update(guard={"minCosine": 0.99}), "'configMap' is a required property"),
+    (lambda b: b["spec"]["server"].update(compileCache={}), "exactly one of server.compileCache"),
+    (lambda b: b["spec"]["server"].update(compileCache={
+        "hostPath": {"path": "/c"}, "persistentVolumeClaim": {"claimName": "c"}}),
+     "exactly one of server.compileCache"),
+    (lambda b: b["spec"]["server"].update(compileCache={
+        "persistentVolumeClaim": {"claimName": "c", "subPath": "a/../b"}}),
+     "compileCache.persistentVolumeClaim.subPath must be a relative path"),
 ])
 def test_bad_specs_are_refused_naming_the_problem(mutate, fragment):
     with pytest.raises(Refused) as refused:
