@@ -1,7 +1,8 @@
 """The GPU engine alone against `transformers` eager, random weights of real shapes, bf16.
 
     python -P benchmarks/engine_gpu.py [--out DIR] [--models DIR] [--attention-sweep]
-                                       [--compile] [--analysis] [--only bge-m3] [--quick]
+                                       [--compile] [--compile-mode MODE ...] [--analysis]
+                                       [--only bge-m3] [--quick]
 
 Runs on any CUDA machine; the issue's targets are for one H200. In order:
 
@@ -23,7 +24,9 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
    - overlap: CUDA events on the engine stream around 50 back-to-back 1 x 512 steps and the
      8192-budget bulk run give the device's idle time between steps;
    - with `--compile`, after both models: the engine's default (torch.compile under the
-     graphs): gate, latency and 8192-budget bulk throughput;
+     graphs): gate, compile time, latency and 8192-budget bulk throughput, once per
+     `--compile-mode` given (default: `default`; `max-autotune-no-cudagraphs` also times
+     Inductor's matrix-product templates against cuBLAS);
    - with `--analysis`: sequence-count buckets against exact counts (the same batch in a
      graph with B slots and with the next power of two) and a kernel profile of one eager
      forward (count and top kernels) at 128 and 8192 tokens.
@@ -444,14 +447,20 @@ def bench_model(name, directory, args, results):
     return ref, gate_seqs
 
 
-def bench_compiled(name, directory, ref, gate_seqs, row):
-    """The same engine with torch.compile (Inductor) under the graphs."""
+def compiled_key(mode: str) -> str:
+    return "compiled" if mode == "default" else f"compiled {mode}"
+
+
+def bench_compiled(name, directory, ref, gate_seqs, row, mode="default"):
+    """The same engine with torch.compile (Inductor, `mode`) under the graphs."""
     out = {}
-    row["compiled"] = out
+    row[compiled_key(mode)] = out
+    name = f"{name} [{mode}]"
     start = time.perf_counter()
     try:
         engine = Engine.load(directory, device="cuda", dtype="bfloat16",
-                             gpu_settings=GpuSettings(graph_hot_set=HOT_SET, compile=True))
+                             gpu_settings=GpuSettings(graph_hot_set=HOT_SET, compile=True,
+                                                      compile_mode=mode))
         vocab = engine.info.vocab_size
         cosines = []
         for _ in range(3):
@@ -504,18 +513,22 @@ def print_table(results):
             f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
         log(f"{name:11s} {'100x512 emb/s (2048 steps)':26s} {row['bulk_2048']:>18}")
         log(f"{name:11s} {'100x512 emb/s (one batch)':26s} {row['bulk_one_batch']:>18}")
-        compiled = row.get("compiled", {})
-        if "p50_128" in compiled:
+        for key, compiled in row.items():
+            if not key.startswith("compiled") or "p50_128" not in compiled:
+                continue
+            label = "+compile" if key == "compiled" else "+autotune"
             for length in (128, 512, 4096):
                 target = targets[f"p50_{length}"]
                 value, tail = compiled[f"p50_{length}"], compiled[f"p99_{length}"]
-                metric = f"+compile 1x{length} p50/p99"
+                metric = f"{label} 1x{length} p50/p99"
                 pair = f"{value:.3f} / {tail:.3f}"
                 log(f"{name:11s} {metric:26s} {pair:>18s} {'':>18s} {target:>8} "
                     f"{'yes' if value <= target else 'no'}")
             met = "yes" if compiled["bulk"] >= targets["bulk"] else "no"
-            log(f"{name:11s} {'+compile 100x512 emb/s':26s} {compiled['bulk']:>18} {'':>18s} "
+            log(f"{name:11s} {label + ' 100x512 emb/s':26s} {compiled['bulk']:>18} {'':>18s} "
                 f"{targets['bulk']:>8} {met}")
+            log(f"{name:11s} {label + ' compile+warmup s':26s} "
+                f"{compiled['compile_and_warmup_s']:>18}")
         o = row["overlap_1x512"]
         log(f"{name:11s} {'idle between 50 1x512 ms':26s} {o['idle_ms']:>18} "
             f"{'of ' + str(o['busy_ms']) + ' busy':>18s}")
@@ -532,6 +545,10 @@ def main(argv=None) -> int:
                         help="also: sequence-bucket cost and kernel profiles")
     parser.add_argument("--compile", action="store_true",
                         help="also: the engine with torch.compile under the graphs")
+    parser.add_argument("--compile-mode", action="append",
+                        choices=("default", "max-autotune-no-cudagraphs"),
+                        help="with --compile: the torch.compile modes to measure, in turn "
+                        "(repeatable; default: default)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         log("needs a CUDA device")
@@ -561,8 +578,9 @@ def main(argv=None) -> int:
         (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
     if args.compile:
         for name, (ref, gate_seqs) in gates.items():
-            bench_compiled(name, args.models / name, ref, gate_seqs, results[name])
-            (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
+            for mode in args.compile_mode or ["default"]:
+                bench_compiled(name, args.models / name, ref, gate_seqs, results[name], mode)
+                (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
     print_table({k: v for k, v in results.items() if k in shapes.SHAPES})
     return 0
 

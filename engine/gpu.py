@@ -159,7 +159,9 @@ class CudaStepper:
             # Inductor fuses the elementwise chains (norms, RoPE, activations, residual adds)
             # into generated kernels; one dynamic-shape compile serves every bucket, and the
             # first (eager) hit of each configuration absorbs any recompile before capture.
-            self._model_and_pool = torch.compile(self._eager_model_and_pool, dynamic=True)
+            mode = None if settings.compile_mode == "default" else settings.compile_mode
+            self._model_and_pool = torch.compile(self._eager_model_and_pool, dynamic=True,
+                                                 mode=mode)
 
     # -- the public step -------------------------------------------------------------------
 

@@ -50,6 +50,13 @@ class GpuSettings:
         "norms, RoPE, activations and residual adds (measured on an H200: Qwen3-0.6B 1x128 "
         "2.77 -> 1.61 ms, BGE-M3 1.36 -> 1.09 ms), at the cost of one compile at start (30-45 s "
         "for those models). Batches past the graph grid run uncompiled.")
+    compile_mode: str = setting(
+        "default", "torch.compile's mode for --compile. max-autotune-no-cudagraphs also times "
+        "Inductor's matrix-product templates (Triton, split-K and persistent among them) "
+        "against cuBLAS when it compiles and keeps the fastest: a much longer first compile "
+        "(keep it with --compile-cache) for faster steps where a template wins (the graphs "
+        "are this server's own either way).",
+        choices=("default", "max-autotune-no-cudagraphs"))
     compile_cache: Path | None = setting(
         None, "Directory that keeps what --compile compiled (Inductor's graphs and autotuning, "
         "Triton's kernels) across starts: a server that finds its compile there reuses it "

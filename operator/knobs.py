@@ -46,6 +46,7 @@ SERVER = (
     Knob("shutdownGraceSeconds", ServerSettings, "shutdown_grace"),
     Knob("attentionBackend", GpuSettings, "attention_backend"),
     Knob("compile", GpuSettings, "compile"),
+    Knob("compileMode", GpuSettings, "compile_mode"),
     Knob("graphs.enabled", GpuSettings, "graphs"),
     Knob("graphs.maxTokens", GpuSettings, "graph_max_tokens"),
     Knob("graphs.maxSeqs", GpuSettings, "graph_max_seqs"),
