@@ -16,7 +16,7 @@ import yaml
 
 from hedgerow import golden_set
 from hedgerow.graph_grid import GraphGrid
-from hedgerow.operator import knobs, names
+from hedgerow.operator import knobs
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -193,9 +193,9 @@ def _compile_cache() -> dict:
                 required=("claimName",),
             ),
             "hostPath": obj(
-                {"path": string("Directory on the node, writable by the server's user "
-                                f"(uid and gid {names.RUN_AS_USER}; a directory the kubelet "
-                                "creates is root's).", pattern=r"^/", max_length=1024)},
+                {"path": string("Directory on the node, writable by the user the server "
+                                "pods run as (a directory the kubelet creates is root's).",
+                                pattern=r"^/", max_length=1024)},
                 "Keep the cache in a directory on each node: pods on a node share it.",
                 required=("path",),
             ),
