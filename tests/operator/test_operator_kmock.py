@@ -297,7 +297,8 @@ async def test_a_missing_or_malformed_golden_set_gets_a_clear_condition_and_no_c
     for words in said:
         assert words in cond["message"], cond["message"]
     assert "Traceback" not in cond["message"]
-    assert await _events(cluster, reason)
+    # kopf posts events from a queue of its own, after the status: wait for it.
+    await cluster.eventually(lambda: _events(cluster, reason), f"a {reason} Event")
     assert await cluster.get(cluster.child_path("apps/v1", "deployments", "lost-server")) is None
 
 
