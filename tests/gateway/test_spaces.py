@@ -50,22 +50,14 @@ def test_one_chunk_answers_name_the_space_that_embedded_them(two_spaces, gateway
     ("/embed", {"inputs": ["hedge", "row"]}),
     ("/", {"inputs": "hedge"}),
     ("/similarity", {"inputs": {"source_sentence": "hedge", "sentences": ["row", "bank"]}}),
-], ids=["cohere", "tei-embed", "tei-root", "tei-similarity"])
-def test_every_embeddings_route_names_the_space_in_a_header(two_spaces, gateway_factory, path,
-                                                             body):
-    client = gateway_factory()
-    answer = client.post(path, json=body)
-    assert answer.status_code == 200, answer.text
-    assert answer.headers["x-embedding-space"] in two_spaces.values()
-
-
-@pytest.mark.parametrize("path, body", [
     ("/v1/rerank", {"query": "hedge", "documents": ["row", "bank", "ditch"]}),
     ("/v2/rerank", {"model": MODEL, "query": "hedge", "documents": ["row", "bank"]}),
     ("/rerank", {"query": "hedge", "texts": ["row", "bank"]}),
-], ids=["v1", "cohere", "tei"])
-def test_every_rerank_route_names_the_space_of_its_scores(two_spaces, gateway_factory, path,
-                                                          body):
+], ids=["cohere", "tei-embed", "tei-root", "tei-similarity", "rerank", "cohere-rerank",
+        "tei-rerank"])
+def test_every_embeddings_and_rerank_route_names_the_space_in_a_header(two_spaces,
+                                                                       gateway_factory, path,
+                                                                       body):
     client = gateway_factory()
     answer = client.post(path, json=body)
     assert answer.status_code == 200, answer.text
