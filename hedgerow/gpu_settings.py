@@ -54,8 +54,8 @@ class GpuSettings:
         "default", "torch.compile's mode for --compile. max-autotune-no-cudagraphs also times "
         "Inductor's matrix-product templates (Triton, split-K and persistent among them) "
         "against cuBLAS when it compiles and keeps the fastest: a much longer first compile "
-        "(keep it with --compile-cache) for faster steps where a template wins (the graphs "
-        "are this server's own either way).",
+        "(keep it with --compile-cache) for faster steps where a template wins. Either way "
+        "the server captures the CUDA graphs itself.",
         choices=("default", "max-autotune-no-cudagraphs"))
     compile_cache: Path | None = setting(
         None, "Directory that keeps what --compile compiled (Inductor's graphs and autotuning, "
