@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
@@ -99,20 +100,23 @@ def load_engine(settings: ServerSettings, gpu_settings: Any = None,
     if settings.device == "cpu":
         torch.set_num_threads(settings.torch_threads())
     path = Path(settings.model or default_model_path())
+    weights = space.start_weights_digest(path)
     engine = Engine.load(path, device=settings.device, dtype=settings.dtype,
                          gpu_settings=gpu_settings)
     # Before the capture: a replica in the wrong space is told so without waiting for it.
-    measured, check = measure_space(engine, path, golden)
+    measured, check = measure_space(engine, path, golden, weights)
     engine.warmup()
     return engine, measured, check
 
 
-def measure_space(engine: Any, directory: Path, golden: GoldenSet | None
+def measure_space(engine: Any, directory: Path, golden: GoldenSet | None,
+                  weights: Future[str]
                   ) -> tuple[space.Space, GoldenCheck | None]:
-    """The engine's space and, with a golden set, its check (blocks; steps the engine)."""
+    """The engine's space and, with a golden set, its check (blocks; steps the engine);
+    `weights` is the directory's `space.start_weights_digest`."""
     began = time.perf_counter()
     text_tokenizer = space.tokenizer(directory)
-    measured = space.measure(engine, directory, text_tokenizer)
+    measured = space.measure(engine, directory, text_tokenizer, weights)
     check = None if golden is None else golden_check.check(engine, text_tokenizer, golden)
     cosine = check.min_cosine if check else None
     log.info("%s", fields(event="server.space", seconds=time.perf_counter() - began,

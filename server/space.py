@@ -7,13 +7,16 @@ longest sequence and the compute dtype. The probe: hedgerow's fixed probe texts 
 the directory's tokenizer.json (a directory without one, as the benchmarks' random-weight
 models may be, is probed with fixed token ids instead), embedded through the engine in fixed
 batches, normalised, each vector rounded to the sides of PROBE_PLANES fixed hyperplanes.
-`measure` runs once, on the engine thread (it steps the engine), before the server serves.
+`measure` runs once, on the engine thread (it steps the engine), before the server serves;
+the weights' digest is started before the engine loads (`start_weights_digest`) and overlaps it.
 `embed_sequences` is also how the golden set and `hedgerow guard record` embed their texts, so
 a text's vector is computed the same way everywhere. Knows nothing about gRPC or requests.
 """
 
 import dataclasses
 import hashlib
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -52,6 +55,25 @@ def weights_digest(directory: Path) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
+def start_weights_digest(directory: Path) -> Future[str]:
+    """`weights_digest(directory)`, computed on a thread of its own from now on.
+
+    Started before the engine loads, it overlaps the load (reading and hashing release the
+    GIL) instead of reading every weight file a second time after it. A daemon thread: a load
+    that fails does not wait for the hashing to finish before the process exits.
+    """
+    future: Future[str] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(weights_digest(directory))
+        except BaseException as error:  # handed to whoever asks for the result
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="hedgerow-weights-digest", daemon=True).start()
+    return future
+
+
 def tokenizer(directory: Path):
     """The directory's tokenizer, or None when it has no tokenizer.json."""
     if not (directory / TOKENIZER_FILE).is_file():
@@ -59,14 +81,15 @@ def tokenizer(directory: Path):
     return load_tokenizer(directory)
 
 
-def facts(engine: Any, directory: Path) -> dict[str, Any]:
-    """What decides this engine's vectors, as JSON-ready values."""
+def facts(engine: Any, directory: Path, weights: str) -> dict[str, Any]:
+    """What decides this engine's vectors, as JSON-ready values; `weights` is the directory's
+    `weights_digest`."""
     info = engine.info
     tokenizer_path = directory / TOKENIZER_FILE
     return {
         "architecture": info.architecture,
         "config": dataclasses.asdict(engine.config),
-        "weights": weights_digest(directory),
+        "weights": weights,
         "tokenizer": file_digest(tokenizer_path) if tokenizer_path.is_file() else None,
         "templates": dict(sorted(info.templates.items())),
         "pooling": info.pooling,
@@ -133,8 +156,10 @@ def probe_sequences(engine: Any, text_tokenizer: Any) -> list[list[int]]:
     return [ids[:info.max_tokens] for ids in encoded]
 
 
-def measure(engine: Any, directory: Path, text_tokenizer: Any) -> Space:
-    """The space of `engine`, loaded from `directory` (blocks; steps the engine)."""
-    known = facts(engine, directory)
+def measure(engine: Any, directory: Path, text_tokenizer: Any,
+            weights: Future[str]) -> Space:
+    """The space of `engine`, loaded from `directory`, whose `start_weights_digest` is
+    `weights` (blocks; steps the engine, then waits for the digest)."""
     vectors = embed_sequences(engine, probe_sequences(engine, text_tokenizer))
+    known = facts(engine, directory, weights.result())
     return Space(fingerprint=space.compose(known, round_to_planes(vectors)), facts=known)

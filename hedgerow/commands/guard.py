@@ -146,12 +146,13 @@ def record(config: RecordSettings) -> int:
     from hedgerow.tokenizer_file import encode_texts
 
     directory = Path(config.model if config.model is not None else default_model_path())
+    weights = space.start_weights_digest(directory)
     engine = Engine.load(directory, device=config.device, dtype=config.dtype)
     info = engine.info
     text_tokenizer = space.tokenizer(directory)
     if text_tokenizer is None:
         raise ModelLoadError(f"no tokenizer.json in {directory}: the golden texts need it")
-    measured = space.measure(engine, directory, text_tokenizer)
+    measured = space.measure(engine, directory, text_tokenizer, weights)
     prefix = info.templates.get(config.input_type, "") if config.input_type else ""
     sequences = encode_texts(text_tokenizer, texts, prefix, info.max_tokens, info.vocab_size)
     vectors = None
