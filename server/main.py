@@ -1,14 +1,16 @@
 """`hedgerow server`: the gRPC embedding server, one per GPU (or one on a CPU machine).
 
 Parses the flags (every one also an HEDGEROW_* variable) into ServerSettings and the
-engine's GpuSettings (graph cache, hot set; used on CUDA devices) once, sets up
-logging, and runs the asyncio server on uvloop when it is installed. Knows nothing else.
+engine's GpuSettings (graph cache, hot set; used on CUDA devices: a CPU server logs the
+ones given without effect) once, sets up logging, and runs the asyncio server on uvloop when
+it is installed. Knows nothing else.
 """
 
 import argparse
 import asyncio
-import os
+import dataclasses
 import logging
+import os
 
 from hedgerow import logs, settings
 from hedgerow.gpu_settings import GpuSettings
@@ -33,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     log.info("%s", logs.fields(event="server.settings", **settings.describe(config)))
     if config.device != "cpu":
         log.info("%s", logs.fields(event="server.gpu_settings", **settings.describe(gpu)))
+    elif changed := _changed_from_defaults(gpu):
+        log.warning("%s", logs.fields(event="server.gpu_settings_ignored", device="cpu",
+                                      settings=",".join(changed)))
     from hedgerow.server.app import StoppedWhileLoading, serve
 
     try:
@@ -44,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
         log.info("%s", logs.fields(event="server.stopped", while_loading=True))
         logging.shutdown()
         os._exit(0)
+
+
+def _changed_from_defaults(gpu: GpuSettings) -> list[str]:
+    """The flags of the GPU settings given other values than their defaults: a CPU server
+    does not use them, and says so rather than leave them silently without effect."""
+    default = GpuSettings()
+    return [settings.flag_name(field.name) for field in dataclasses.fields(gpu)
+            if getattr(gpu, field.name) != getattr(default, field.name)]
 
 
 def _loop_factory():

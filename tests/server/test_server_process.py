@@ -314,6 +314,13 @@ def test_auto_dtype_is_reported_with_its_reason(start_server):
     assert f"dtype={info.dtype}" in server.log_text()
 
 
+def test_a_cpu_server_names_the_gpu_settings_it_ignores(start_server, tmp_path):
+    server = start_server("--compile-cache", str(tmp_path), "--no-graphs")
+    line = next(line for line in server.log_text().splitlines()
+                if "event=server.gpu_settings_ignored" in line)
+    assert "WARNING" in line and "settings=--graphs,--compile-cache" in line
+
+
 def test_reflection_lists_and_describes_the_services(server):
     """What grpcurl does: list the services, then resolve a method's messages, with no .proto."""
     from google.protobuf import descriptor_pool
