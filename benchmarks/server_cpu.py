@@ -26,17 +26,10 @@ import grpc
 import numpy as np
 
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, wait
-from hedgerow.wire import embed_pb2, embed_pb2_grpc
+from hedgerow.bench.wire_requests import embed_request
+from hedgerow.wire import embed_pb2_grpc
 
 DTYPES = ["auto", "float32"]  # the server's default, and the exact one
-
-
-def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
-    ids = [101] + [1000 + (salt + i) % 20000 for i in range(tokens - 2)] + [102]
-    return embed_pb2.EmbedRequest(
-        input_ids=np.asarray(ids, dtype="<i4").tobytes(),
-        cu_seqlens=np.asarray([0, tokens], dtype="<i4").tobytes(),
-    )
 
 
 def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
@@ -56,7 +49,7 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
 async def sequential(stub, tokens: int, count: int) -> list[float]:
     latencies = []
     for i in range(count):
-        request = request_for(tokens, i)
+        request = embed_request([tokens], i)
         start = time.perf_counter()
         await stub.Embed(request)
         latencies.append(time.perf_counter() - start)
@@ -71,7 +64,7 @@ async def concurrent(stub, tokens: int, clients: int, seconds: float
     async def client(c: int) -> None:
         i = 0
         while time.perf_counter() < end:
-            request = request_for(tokens, c * 7919 + i)
+            request = embed_request([tokens], c * 7919 + i)
             start = time.perf_counter()
             await stub.Embed(request)
             latencies.append(time.perf_counter() - start)

@@ -57,6 +57,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, wait
+from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
@@ -239,14 +240,6 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
 
 # --- the parent: clients and the table -------------------------------------------------------
 
-def request_for(tokens: int, salt: int) -> embed_pb2.EmbedRequest:
-    ids = [0] + [1000 + (salt + i) % 20000 for i in range(tokens - 2)] + [2]
-    return embed_pb2.EmbedRequest(
-        input_ids=np.asarray(ids, dtype="<i4").tobytes(),
-        cu_seqlens=np.asarray([0, tokens], dtype="<i4").tobytes(),
-    )
-
-
 def start(case: str, device_ms: float, profile: bool, http_port: int
           ) -> tuple[subprocess.Popen, str]:
     port = free_port()
@@ -326,7 +319,7 @@ class Case:
         self.proc, address = start(name, args.device_ms, args.profile == name, self.http_port)
         self.channel = grpc.insecure_channel(address)
         self.stub = embed_pb2_grpc.EmbedderStub(self.channel)
-        self.requests = [request_for(args.tokens, salt) for salt in range(64)]
+        self.requests = [embed_request([args.tokens], salt) for salt in range(64)]
         self.server = not name.startswith("echo")
         self.rounds: list[dict] = []
         sequential(self.stub, self.requests, 200)  # warm-up

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "engine-cpu": ("engine_cpu", "CPU engine against sentence-transformers, real tokens/s"),
     "server-cpu": ("server_cpu", "gRPC server on CPU: batch-1 latency and concurrent throughput"),
     "server-overhead": ("server_overhead", "the server's own host cost per request, no model"),
+    "server-start": ("server_start", "time to SERVING by phase, first minute's p99 against steady"),
     "server-memory": ("server_memory", "server RSS over identical rounds of mixed-size load"),
     "gateway-cpu": ("gateway_cpu", "latency the gateway adds, and tokenization throughput"),
     "peer-infinity": ("peer_infinity", "the local stack against Infinity on the same model"),

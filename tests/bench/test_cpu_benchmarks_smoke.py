@@ -1,6 +1,7 @@
-"""The CPU host-path benchmarks end to end, tiny (numbers meaningless): their stand-in server
-goes through the real `serve` and its loader contract, which once changed without the
-benchmark noticing; these keep them runnable."""
+"""The CPU host-path benchmarks and the start benchmark end to end, tiny (numbers
+meaningless): the stand-in server goes through the real `serve` and its loader contract, which
+once changed without the benchmark noticing, and the start benchmark reads the server's log
+events by name; these keep them runnable."""
 
 import subprocess
 
@@ -32,3 +33,14 @@ def test_gateway_benchmark_runs_in_front_of_the_stand_in(subprocess_env):
                           "--requests", "10", "--rounds", "1", "--texts", "10")
     assert "a stand-in server answering after 1 ms" in table
     assert "| 9 tokens | added by the gateway (paired difference) |" in table
+
+
+def test_start_benchmark_splits_a_start_and_compares_the_first_window(subprocess_env):
+    table = run_benchmark(subprocess_env, "server-start", "--starts", "1",
+                          "--first-seconds", "0.5", "--steady-seconds", "0.5")
+    header = next(line for line in table.splitlines() if line.lstrip().startswith("start"))
+    assert header.split() == ["start", "cache", "listen", "load", "space", "hot", "set",
+                              "SERVING"], table
+    row = next(line for line in table.splitlines() if line.split()[:2] == ["1", "-"])
+    assert all(float(cell) >= 0 for cell in row.split()[2:]), table
+    assert "first p99 / steady p99" in table
