@@ -1,13 +1,15 @@
-"""Benchmark /v1/rerank end to end on CPU: 1 query x 100 documents of 128 tokens; prints a table.
+"""Benchmark /v1/rerank end to end: 1 query x 100 documents of 128 tokens; prints a table.
 
     .venv/bin/python -P benchmarks/rerank_cpu.py [--requests 30] [--documents 100] [--servers 1]
+        [--model DIR] [--device cuda]
     .venv/bin/python -P benchmarks/rerank_cpu.py --server 127.0.0.1:50051 \
         --gateway http://127.0.0.1:8080
 
 Unless `--server` and `--gateway` are given, starts `--servers` `hedgerow server` processes
-(packaged all-MiniLM-L6-v2, CPU) and one `hedgerow gateway` (default chunk budget, 2048
+(`--model`, by default the packaged all-MiniLM-L6-v2, on `--device`, by default the CPU) and one `hedgerow gateway` (default chunk budget, 2048
 tokens, so 100 x 128 tokens travel as several Score calls spread over the servers) on free
-loopback ports. Every document tokenizes to exactly `--tokens` tokens (special tokens
+loopback ports. The model's tokenizer must split the words below into one token each (BERT's
+WordPiece vocabulary does). Every document tokenizes to exactly `--tokens` tokens (special tokens
 included; the texts are single-token words, checked with the gateway's tokenizer). Then, after
 a warm-up, `--requests` sequential requests each way, interleaved so drift hits both alike:
   - through the gateway: POST /v1/rerank with the texts (JSON, tokenization, chunking, Score
@@ -20,6 +22,7 @@ or busy machine the numbers are noisy and pessimistic.
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import grpc
 import httpx
@@ -48,7 +51,7 @@ def documents(tokenizer: TextTokenizer, count: int, tokens: int) -> list[str]:
     """`count` texts of exactly `tokens` tokens each (single-token words), all different."""
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(WORDS, size=tokens - 2)) for _ in range(count)]
-    lengths = tokenizer.encode_sync(texts, "", 100_000, False).lengths
+    lengths = np.asarray(tokenizer.encode_sync(texts, "", 100_000, False).lengths)
     if not (lengths == tokens).all():
         raise SystemExit(f"documents tokenize to {sorted(set(lengths.tolist()))} tokens, "
                          f"not {tokens}: a word in WORDS is not a single token")
@@ -64,7 +67,7 @@ def measure(server: str, gateway: str, tokenizer: TextTokenizer, texts: list[str
             requests: int, top_n: int):
     query = tokenizer.encode_sync([QUERY], "", 512, False)
     docs = tokenizer.encode_sync(texts, "", 512, False)
-    ids = np.concatenate([query.input_ids, docs.input_ids]).astype("<i4")
+    ids = np.concatenate([np.asarray(query.input_ids), np.asarray(docs.input_ids)]).astype("<i4")
     lengths = np.concatenate([query.lengths, docs.lengths])
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype("<i4")
     request = embed_pb2.ScoreRequest(input_ids=ids.tobytes(), cu_seqlens=cu.tobytes(),
@@ -100,11 +103,14 @@ def main() -> int:
     parser.add_argument("--servers", type=at_least(1), default=1, help="servers to start")
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="--cpu-threads of each started server (0: torch's default)")
+    parser.add_argument("--model", type=Path, help="model directory (default: the packaged model)")
+    parser.add_argument("--device", default="cpu", help="the started servers' device")
     parser.add_argument("--server", help="a running server's gRPC host:port")
     parser.add_argument("--gateway", help="a running gateway's URL in front of --server")
     args = parser.parse_args()
 
-    tokenizer = TextTokenizer(default_model_path(), threads=1)
+    model = args.model or default_model_path()
+    tokenizer = TextTokenizer(model, threads=1)
     texts = documents(tokenizer, args.documents, args.tokens)
     children = []
     try:
@@ -114,13 +120,15 @@ def main() -> int:
             for _ in range(args.servers):
                 port, http_port = free_port(), free_port()
                 addresses.append(f"127.0.0.1:{port}")
-                children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
+                children.append(start(["server", "--model", str(model), "--device", args.device,
+                                       "--host", "127.0.0.1", "--port", str(port),
                                        "--http-port", str(http_port), "--cpu-threads",
                                        str(args.cpu_threads)]))
                 wait("server", children[-1], lambda: grpc_serving(addresses[-1]))
             server, gw_port = addresses[0], free_port()
             gateway = f"http://127.0.0.1:{gw_port}"
-            children.append(start(["gateway", "--servers", ",".join(addresses), "--port",
+            children.append(start(["gateway", "--model", str(model), "--served-model-name",
+                                   MODEL, "--servers", ",".join(addresses), "--port",
                                    str(gw_port)]))
             wait("gateway", children[-1], lambda: ready(gateway, len(addresses)))
         direct, through, tokens = measure(server, gateway, tokenizer, texts, args.requests,
@@ -133,7 +141,8 @@ def main() -> int:
     d50, d99 = percentiles(direct)
     g50, g99 = percentiles(through)
     where = f"{args.servers} server(s)" if not args.server else "the given server"
-    print(f"\nRerank on CPU, all-MiniLM-L6-v2: 1 query x {args.documents} documents of "
+    name = args.model.name if args.model else MODEL
+    print(f"\nRerank on {args.device}, {name}: 1 query x {args.documents} documents of "
           f"{args.tokens} tokens ({tokens} tokens), top_n {args.top_n}, {where}, "
           f"{args.requests} sequential requests each way (noisy on a shared machine)\n")
     print("| path | p50 ms | p99 ms |\n| --- | ---: | ---: |")

@@ -23,7 +23,7 @@ BENCHMARKS = {
     "server-memory": ("server_memory", "server RSS over identical rounds of mixed-size load"),
     "gateway-cpu": ("gateway_cpu", "latency the gateway adds, and tokenization throughput"),
     "peer-infinity": ("peer_infinity", "the local stack against Infinity on the same model"),
-    "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency on CPU"),
+    "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency (CPU, or --device cuda)"),
     "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),
     "serving-gpu": ("serving_gpu", "the seed's four charts through server and gateway (CUDA)"),
     "topk": ("topk", "Triton top-k against torch.topk (CUDA)"),

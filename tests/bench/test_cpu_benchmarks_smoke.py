@@ -1,4 +1,4 @@
-"""The CPU host-path benchmarks and the start benchmark end to end, tiny (numbers
+"""The CPU host-path benchmarks, the rerank and the start benchmarks end to end, tiny (numbers
 meaningless): the stand-in server goes through the real `serve` and its loader contract, which
 once changed without the benchmark noticing, and the start benchmark reads the server's log
 events by name; these keep them runnable."""
@@ -44,3 +44,11 @@ def test_start_benchmark_splits_a_start_and_compares_the_first_window(subprocess
     row = next(line for line in table.splitlines() if line.split()[:2] == ["1", "-"])
     assert all(float(cell) >= 0 for cell in row.split()[2:]), table
     assert "first p99 / steady p99" in table
+
+
+def test_rerank_benchmark_ranks_the_same_through_the_gateway_and_straight(subprocess_env):
+    # The benchmark itself refuses to print when the two paths rank differently.
+    table = run_benchmark(subprocess_env, "rerank-cpu", "--requests", "1", "--documents", "4",
+                          "--tokens", "16", "--top-n", "2")
+    assert "Rerank on cpu, all-MiniLM-L6-v2: 1 query x 4 documents of 16 tokens" in table
+    assert "| one Score call straight to a server (token ids) |" in table
