@@ -53,9 +53,10 @@ class GpuSettings:
     compile_mode: str = setting(
         "default", "torch.compile's mode for --compile. max-autotune-no-cudagraphs also times "
         "Inductor's matrix-product templates (Triton, split-K and persistent among them) "
-        "against cuBLAS when it compiles and keeps the fastest: a much longer first compile "
-        "(keep it with --compile-cache) for faster steps where a template wins. Either way "
-        "the server captures the CUDA graphs itself.",
+        "against cuBLAS when it compiles and keeps the fastest, at a much longer first compile "
+        "(keep it with --compile-cache); measured on an H200 it made BGE-M3 slower (1x128 "
+        "1.08 -> 1.49 ms, compile 31 -> 86 s), so try it per model. Either way the server "
+        "captures the CUDA graphs itself.",
         choices=("default", "max-autotune-no-cudagraphs"))
     compile_cache: Path | None = setting(
         None, "Directory that keeps what --compile compiled (Inductor's graphs and autotuning, "
