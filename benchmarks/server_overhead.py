@@ -2,6 +2,7 @@
 
     .venv/bin/python -P benchmarks/server_overhead.py [--rounds 5] [--requests 500]
         [--seconds 1] [--device-ms 1.0] [--only echo-aio,instant,device] [--profile instant]
+        [--host-cpu auto]
 
 What runs: each case starts a server in a child process on loopback and a sync gRPC client
 (int32 bytes, one sequence of `--tokens` tokens, 1024-wide float32 answer) in this process:
@@ -189,7 +190,8 @@ async def _echo_aio(port: int, stop: asyncio.Event, servicer: EchoAio) -> int:
     return 0
 
 
-def child(case: str, port: int, http_port: int, device_ms: float, profile: bool) -> int:
+def child(case: str, port: int, http_port: int, device_ms: float, profile: bool,
+          host_cpu: str) -> int:
     import uvloop
 
     from hedgerow import logs
@@ -219,7 +221,7 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
         delay = device_ms / 1e3 if case == "device" else 0.0
         settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
                                   device="cpu", inflight_batches=2 if case == "device" else 0,
-                                  log_level="warning")
+                                  host_cpu=host_cpu, log_level="warning")
         stand_in = Space(fingerprint="stand-in", facts={})  # nothing to fingerprint
         return await serve(settings, stop=stop,
                            loader=lambda *_: (StandInEngine(delay), stand_in, None))
@@ -240,12 +242,12 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool)
 
 # --- the parent: clients and the table -------------------------------------------------------
 
-def start(case: str, device_ms: float, profile: bool, http_port: int
+def start(case: str, device_ms: float, profile: bool, http_port: int, host_cpu: str = "auto"
           ) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", case, "--port", str(port),
-         "--http-port", str(http_port), "--device-ms", str(device_ms)]
+         "--http-port", str(http_port), "--device-ms", str(device_ms), "--host-cpu", host_cpu]
         + (["--profile", case] if profile else []),
         env={k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")})
     address = f"127.0.0.1:{port}"
@@ -316,7 +318,8 @@ class Case:
     def __init__(self, name: str, args) -> None:
         self.name = name
         self.http_port = free_port()
-        self.proc, address = start(name, args.device_ms, args.profile == name, self.http_port)
+        self.proc, address = start(name, args.device_ms, args.profile == name, self.http_port,
+                                   args.host_cpu)
         self.channel = grpc.insecure_channel(address)
         self.stub = embed_pb2_grpc.EmbedderStub(self.channel)
         self.requests = [embed_request([args.tokens], salt) for salt in range(64)]
@@ -400,13 +403,15 @@ def main() -> int:
                         help="the device case's stand-in step time, milliseconds")
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases")
     parser.add_argument("--profile", choices=CASES, help="run this case's server under cProfile")
+    parser.add_argument("--host-cpu", default="auto",
+                        help="the servers' --host-cpu (auto, off or a CPU number)")
     parser.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--http-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.port, args.http_port, args.device_ms,
-                     args.profile is not None)
+                     args.profile is not None, args.host_cpu)
     names = [case for case in args.only.split(",") if case]
     unknown = set(names) - set(CASES)
     if unknown:

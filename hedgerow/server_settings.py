@@ -62,6 +62,16 @@ class ServerSettings:
         unit="threads", minimum=0, maximum=4096,
     )
 
+    host_cpu: str = setting(
+        "auto",
+        "The CPU for the server's I/O: the event loop and gRPC's threads, which hand every "
+        "request to one another; the engine thread and torch's threads get the other CPUs. "
+        "On one CPU those hand-offs skip waking other cores (measured on a 2-core machine "
+        "with an engine that answers at once: 90-145 µs less per request). "
+        "auto: the CPU the server starts on, when it may use two or more; off: the OS places "
+        "every thread (for nodes whose CPUs busy neighbours share); or a CPU number.",
+        pattern=r"auto|off|[0-9]+",
+    )
     max_batch_tokens: int = setting(
         2048,
         "Token budget of one engine step. Larger batches amortise launch cost until the device "

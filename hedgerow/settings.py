@@ -12,6 +12,7 @@ and what a value costs. Nothing else in the code reads `os.environ` for configur
 import argparse
 import dataclasses
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -28,6 +29,7 @@ def setting(
     *,
     unit: str | None = None,
     choices: tuple[str, ...] | None = None,
+    pattern: str | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
     max_items: int | None = None,
@@ -37,11 +39,13 @@ def setting(
     """A dataclass field that is also a flag and an environment variable.
 
     `minimum`/`maximum` bound numbers, and each item of a tuple of numbers (inclusive);
-    `max_items` bounds a tuple's length; `choices` bounds strings; `secret` keeps the value out
+    `max_items` bounds a tuple's length; `choices` bounds strings, as does `pattern` (a regular
+    expression the whole string must match, also the CRD's); `secret` keeps the value out
     of logs. An optional setting given as "" or "none" is None (unset), unless `literal`: then
     the string is the value as given ("" switches a template off, say).
     """
-    meta = {"help": help, "unit": unit, "choices": choices, "minimum": minimum,
+    meta = {"help": help, "unit": unit, "choices": choices, "pattern": pattern,
+            "minimum": minimum,
             "maximum": maximum, "max_items": max_items, "secret": secret, "literal": literal}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
@@ -61,6 +65,7 @@ class Field:
     help: str
     unit: str | None
     choices: tuple[str, ...] | None
+    pattern: str | None
     minimum: float | None
     maximum: float | None
     max_items: int | None
@@ -233,6 +238,8 @@ def check_bounds(field: Field, value: Any, source: str) -> None:
     """Raise ConfigError naming `source` when `value` is outside `field`'s bounds."""
     if field.choices and value not in field.choices:
         raise ConfigError(f"{source}: {value!r} is not one of {', '.join(field.choices)}")
+    if field.pattern and isinstance(value, str) and not re.fullmatch(field.pattern, value):
+        raise ConfigError(f"{source}: {value!r} does not match {field.pattern}")
     items = value if isinstance(value, tuple) else (value,)
     if isinstance(value, tuple) and field.max_items is not None and len(value) > field.max_items:
         raise ConfigError(f"{source}: {len(value)} entries, at most {field.max_items}")

@@ -44,6 +44,7 @@ SERVER = (
     Knob("maxRequestTokens", ServerSettings, "max_request_tokens"),
     Knob("maxInflightTokens", ServerSettings, "max_inflight_tokens"),
     Knob("shutdownGraceSeconds", ServerSettings, "shutdown_grace"),
+    Knob("hostCpu", ServerSettings, "host_cpu"),
     Knob("attentionBackend", GpuSettings, "attention_backend"),
     Knob("compile", GpuSettings, "compile"),
     Knob("compileMode", GpuSettings, "compile_mode"),
@@ -122,6 +123,8 @@ def schema(knob: Knob, knobs: tuple[Knob, ...]) -> Node:
                 **_bounds(field)}
         if field.choices:
             node["enum"] = list(field.choices)
+        if field.pattern:
+            node["pattern"] = f"^(?:{field.pattern})$"
     if field.default is not None:
         node["default"] = to_crd(knob, field.default)
     return node

@@ -33,7 +33,7 @@ from hedgerow.defaults import default_model_path
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.golden_set import GoldenSet
 from hedgerow.logs import fields
-from hedgerow.server import golden_check, space
+from hedgerow.server import affinity, golden_check, space
 from hedgerow.server.convert import space_field
 from hedgerow.server.engine_thread import EngineThread
 from hedgerow.server.http import start_http
@@ -134,6 +134,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
 
     `loader(settings, gpu_settings, golden)` returns (engine, its space, the golden-set check)
     (blocking; it runs on the engine thread). Raises ConfigError for an unreadable golden set.
+    Unless `settings.host_cpu` is off, the calling thread and gRPC's threads stay on one CPU
+    from here on (server/affinity.py): an in-process caller that minds passes off.
     """
     golden = None
     if settings.golden_set is not None:
@@ -147,6 +149,11 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     health = HealthServicer()
     for name in HEALTH_SERVICES:
         await health.set(name, _NOT_SERVING)
+    cpus = affinity.plan(settings.host_cpu)
+    if cpus is not None:  # before gRPC starts its threads: they inherit this thread's CPUs
+        os.sched_setaffinity(0, cpus.io)
+        log.info("%s", fields(event="server.cpus", io=sorted(cpus.io),
+                              engine=sorted(cpus.engine)))
     server = grpc.aio.server(options=grpc_options(settings))
     add_to_server(EmbedderService(state), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -172,7 +179,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
                           http=host_port(settings.host, settings.http_port)))
     try:
         try:
-            loaded = await _load(state, stop, lambda: loader(settings, gpu_settings, golden))
+            loaded = await _load(state, stop, lambda: loader(settings, gpu_settings, golden),
+                                 cpus.engine if cpus else None)
         except BaseException:
             await server.stop(None)  # a listener left to the collector logs a traceback
             raise
@@ -187,11 +195,12 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
         await http.wait_closed()
 
 
-async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]) -> bool:
+async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any],
+                engine_cpus: set[int] | None) -> bool:
     """Load the engine unless asked to stop first; start the loop. Raises ModelLoadError."""
     settings = state.settings
     # The engine is loaded, warmed and stepped on this one thread.
-    threads = EngineThread(depth=settings.overlap_depth())
+    threads = EngineThread(depth=settings.overlap_depth(), cpus=engine_cpus)
     loading = asyncio.ensure_future(threads.run(load))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -57,7 +57,7 @@ def decode_int32(data: bytes, name: str) -> np.ndarray:
         raise InvalidInputError(
             f"{name} must be packed little-endian int32 (a multiple of 4 bytes), got "
             f"{len(data)} bytes")
-    return np.frombuffer(data, dtype="<i4").astype(np.int32)
+    return np.frombuffer(bytearray(data), dtype="<i4")
 
 
 def check_dimensions(dimensions: int, width: int) -> None:

@@ -100,3 +100,16 @@ def test_names_the_api_server_would_refuse_are_refused_by_the_schema(mutate, fie
     with pytest.raises(jsonschema.ValidationError) as raised:
         jsonschema.Draft202012Validator(strict).validate(body)
     assert field in "/".join(str(p) for p in raised.value.absolute_path) + raised.value.message
+
+
+@pytest.mark.parametrize("value, valid", [("auto", True), ("off", True), ("3", True),
+                                          ("cpu3", False), ("", False), ("-1", False)])
+def test_host_cpu_takes_auto_off_or_a_cpu_number(value, valid):
+    body = yaml.safe_load(EXAMPLES[0].read_text())
+    body["spec"]["server"]["hostCpu"] = value
+    validator = jsonschema.Draft202012Validator(strict_json_schema(crd.ROOT))
+    if valid:
+        validator.validate(body)
+    else:
+        with pytest.raises(jsonschema.ValidationError, match="does not match"):
+            validator.validate(body)

@@ -33,6 +33,13 @@ def test_unknown_devices_are_refused(device):
         load("--device", device)
 
 
+@pytest.mark.parametrize("value", ["cpu3", "-1", "1,2", "on"])
+def test_host_cpu_is_auto_off_or_a_cpu_number(value):
+    assert load("--host-cpu", "off").host_cpu == "off"
+    with pytest.raises(ConfigError, match=f"--host-cpu: '{value}' does not match"):
+        load("--host-cpu", value)
+
+
 def test_the_grpc_and_http_ports_must_differ():
     with pytest.raises(ConfigError, match="--port and --http-port must differ"):
         load("--port", "6000", "--http-port", "6000")

@@ -106,8 +106,8 @@ def test_health_is_not_serving_until_the_model_is_loaded():
         return load_engine(settings, gpu_settings, golden)
 
     settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
-                              shutdown_grace=5.0,
-                              cpu_threads=torch.get_num_threads())  # leave this process's as is
+                              shutdown_grace=5.0, host_cpu="off",  # leave this process's
+                              cpu_threads=torch.get_num_threads())  # CPUs and threads as they are
     address = f"127.0.0.1:{settings.port}"
 
     def warmup() -> dict:
@@ -170,7 +170,7 @@ def test_a_stop_while_the_model_loads_ends_serve_without_waiting_for_the_load():
         finished.set()
 
     settings = ServerSettings(host="127.0.0.1", port=free_port(), http_port=free_port(),
-                              cpu_threads=torch.get_num_threads())
+                              host_cpu="off", cpu_threads=torch.get_num_threads())
 
     async def main():
         stop = asyncio.Event()

@@ -1,0 +1,64 @@
+"""Where the server's threads run (server/affinity.py): its I/O on one CPU, the engine on the
+rest. Real processes on this machine; the placement is read back from /proc."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hedgerow.errors import ConfigError
+from hedgerow.server import affinity
+
+ALLOWED = os.sched_getaffinity(0)
+several_cpus = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two CPUs or more")
+
+
+def test_off_pins_nothing():
+    assert affinity.plan("off") is None
+
+
+@several_cpus
+def test_auto_gives_the_io_one_cpu_and_the_engine_the_others():
+    io, engine = affinity.plan("auto")
+    assert len(io) == 1 and io <= ALLOWED
+    assert engine == ALLOWED - io
+
+
+@several_cpus
+def test_a_cpu_number_is_taken_as_given():
+    cpu = max(ALLOWED)
+    assert affinity.plan(str(cpu)) == ({cpu}, ALLOWED - {cpu})
+
+
+def test_a_cpu_this_process_may_not_use_is_refused_by_name():
+    outside = max(ALLOWED) + 1
+    with pytest.raises(ConfigError, match=f"--host-cpu {outside} is not one of the CPUs"):
+        affinity.plan(str(outside))
+
+
+def cpus_of_threads(pid: int) -> dict[int, str]:
+    """Each thread of `pid`: its allowed CPUs as /proc lists them ("0-3", "1")."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                out[int(task.name)] = line.split(":", 1)[1].strip()
+    return out
+
+
+@several_cpus
+def test_a_serving_server_keeps_its_event_loop_on_one_cpu_and_the_engine_off_it(start_server):
+    server = start_server()
+    threads = cpus_of_threads(server.proc.pid)
+    io_cpu = threads.pop(server.proc.pid)  # the main thread runs the event loop
+    assert io_cpu.isdigit() and int(io_cpu) in ALLOWED
+    assert any(io_cpu not in cpus.replace("-", ",").split(",") for cpus in threads.values()), \
+        f"no thread off the I/O CPU {io_cpu}: {threads}"
+    assert "server.cpus" in server.log_text()
+
+
+@several_cpus
+def test_off_leaves_every_thread_where_the_os_puts_it(start_server):
+    server = start_server("--host-cpu", "off")
+    assert len(set(cpus_of_threads(server.proc.pid).values())) == 1
+    assert "server.cpus" not in server.log_text()
