@@ -3,7 +3,14 @@
 Owns metric names, help texts and buckets. `hedgerow_tokens_total` counts tokens the engine
 actually ran (sent in a step), so autoscaling reads real work, and a request dropped before
 the engine (expired, cancelled) adds nothing to it. Knows nothing about gRPC or the engine.
+
+The event loop's per-request samples go through `record`, which appends them to a list that
+`render` (every scrape) or a full list applies: between requests prometheus_client's code is
+cold, and one `observe` then costs 10-20 µs against about 1 µs for the append. Only the
+event-loop thread records and renders, so the list needs no lock.
 """
+
+from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -14,6 +21,7 @@ OK, INVALID, OVERLOADED, UNAVAILABLE, CANCELLED, EXPIRED, FAILED = (
 )
 STATUSES = (OK, INVALID, OVERLOADED, UNAVAILABLE, CANCELLED, EXPIRED, FAILED)
 
+FLUSH_AT = 4096  # recorded samples applied at once without a scrape (bounds the list)
 _TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 _SEQ_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -70,5 +78,19 @@ class ServerMetrics:
             buckets=_SECONDS, registry=r,
         )
 
+        self._pending: list[tuple[Callable[[float], None], float]] = []
+
+    def record(self, apply: Callable[[float], None], value: float) -> None:
+        """Queue `apply(value)` (a metric's `observe` or `inc`) for the next scrape."""
+        self._pending.append((apply, value))
+        if len(self._pending) >= FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for apply, value in pending:
+            apply(value)
+
     def render(self) -> bytes:
+        self.flush()
         return generate_latest(self.registry)

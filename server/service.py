@@ -121,8 +121,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             raise
         finally:
             self._state.active_calls -= 1
-        metrics.requests_by_status[m.OK].inc()
-        metrics.request_seconds.observe(time.monotonic() - start)
+        metrics.record(metrics.requests_by_status[m.OK].inc, 1)
+        metrics.record(metrics.request_seconds.observe, time.monotonic() - start)
         return response
 
     async def _embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext,
