@@ -68,8 +68,8 @@ class ServerSettings:
         "request to one another; the engine thread and torch's threads get the other CPUs. "
         "On one CPU those hand-offs skip waking other cores (measured on a 2-core machine "
         "with an engine that answers at once: 90-145 µs less per request). "
-        "auto: the CPU the server starts on, when it may use two or more; off: the OS places "
-        "every thread (for nodes whose CPUs busy neighbours share); or a CPU number.",
+        "auto: the CPU the server starts on, when it may use 2 to 4 CPUs (a larger set is "
+        "usually a shared node); off: the OS places every thread; or a CPU number.",
         pattern=r"auto|off|[0-9]+",
     )
     max_batch_tokens: int = setting(

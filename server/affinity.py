@@ -5,14 +5,18 @@ one CPU, each hand-off is a switch on a warm core; spread by the OS, it is often
 another core, and on a virtual machine that costs tens of microseconds (docs/server.md has the
 measure). The engine thread, and the torch threads it starts, get the other CPUs: a CPU model
 computes beside the I/O rather than under it, and a GPU's waits never take the I/O's core.
-`--host-cpu off` leaves all placement to the OS, for nodes whose CPUs are shared with busy
-neighbours and not given to the pod alone. Linux only; elsewhere nothing is pinned.
+`auto` does this only for a process that may use 2 to AUTO_MAX_CPUS CPUs: where it was measured
+to pay (2 CPUs), and where a pod's CPUs are usually its own; a process that sees a whole large
+node usually shares it, and on a 16-CPU GPU host one run each way did not settle it. `off`
+leaves all placement to the OS. Linux only; elsewhere nothing is pinned.
 """
 
 import os
 from typing import NamedTuple
 
 from hedgerow.errors import ConfigError
+
+AUTO_MAX_CPUS = 4
 
 
 class CpuPlan(NamedTuple):
@@ -22,12 +26,12 @@ class CpuPlan(NamedTuple):
 
 def plan(host_cpu: str) -> CpuPlan | None:
     """The plan for `--host-cpu` (auto, off or a CPU number) on this process's CPUs; None when
-    nothing is pinned (off, one CPU under auto, or no affinity calls on this system)."""
+    nothing is pinned (off; auto outside 2 to AUTO_MAX_CPUS CPUs; no affinity calls here)."""
     if host_cpu == "off" or not hasattr(os, "sched_setaffinity"):
         return None
     allowed = os.sched_getaffinity(0)
     if host_cpu == "auto":
-        if len(allowed) < 2:
+        if not 2 <= len(allowed) <= AUTO_MAX_CPUS:
             return None
         cpu = _current_cpu(allowed)
     else:
