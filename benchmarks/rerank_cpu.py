@@ -6,11 +6,12 @@
         --gateway http://127.0.0.1:8080
 
 Unless `--server` and `--gateway` are given, starts `--servers` `hedgerow server` processes
-(`--model`, by default the packaged all-MiniLM-L6-v2, on `--device`, by default the CPU) and one `hedgerow gateway` (default chunk budget, 2048
-tokens, so 100 x 128 tokens travel as several Score calls spread over the servers) on free
-loopback ports. The model's tokenizer must split the words below into one token each (BERT's
-WordPiece vocabulary does). Every document tokenizes to exactly `--tokens` tokens (special tokens
-included; the texts are single-token words, checked with the gateway's tokenizer). Then, after
+(`--model`, by default the packaged all-MiniLM-L6-v2, on `--device`, by default the CPU) and
+one `hedgerow gateway` (default chunk budget, 2048 tokens, so 100 x 128 tokens travel as
+several Score calls spread over the servers) on free loopback ports. The model's tokenizer
+must split the words below into one token each (BERT's WordPiece vocabulary does). Every
+document tokenizes to exactly `--tokens` tokens (special tokens included; the texts are
+single-token words, checked with the gateway's tokenizer). Then, after
 a warm-up, `--requests` sequential requests each way, interleaved so drift hits both alike:
   - through the gateway: POST /v1/rerank with the texts (JSON, tokenization, chunking, Score
     calls, merge, JSON back), top_n 10; the HTTP client (httpx) is part of the path;

@@ -45,8 +45,8 @@ def setting(
     the string is the value as given ("" switches a template off, say).
     """
     meta = {"help": help, "unit": unit, "choices": choices, "pattern": pattern,
-            "minimum": minimum,
-            "maximum": maximum, "max_items": max_items, "secret": secret, "literal": literal}
+            "minimum": minimum, "maximum": maximum, "max_items": max_items, "secret": secret,
+            "literal": literal}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
     return dataclasses.field(default=default, metadata={"hedgerow": meta})
