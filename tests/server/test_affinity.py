@@ -44,13 +44,17 @@ def test_a_cpu_this_process_may_not_use_is_refused_by_name():
         affinity.plan(str(outside))
 
 
-def cpus_of_threads(pid: int) -> dict[int, str]:
-    """Each thread of `pid`: its allowed CPUs as /proc lists them ("0-3", "1")."""
+def cpus_of_threads(pid: int) -> dict[int, frozenset[int]]:
+    """Each thread of `pid`: the CPUs it may run on (/proc lists them as "0-3,6")."""
     out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         for line in (task / "status").read_text().splitlines():
             if line.startswith("Cpus_allowed_list:"):
-                out[int(task.name)] = line.split(":", 1)[1].strip()
+                cpus = set()
+                for part in line.split(":", 1)[1].strip().split(","):
+                    first, _, last = part.partition("-")
+                    cpus.update(range(int(first), int(last or first) + 1))
+                out[int(task.name)] = frozenset(cpus)
     return out
 
 
@@ -58,10 +62,9 @@ def cpus_of_threads(pid: int) -> dict[int, str]:
 def test_a_serving_server_keeps_its_event_loop_on_one_cpu_and_the_engine_off_it(start_server):
     server = start_server("--host-cpu", str(max(ALLOWED)))
     threads = cpus_of_threads(server.proc.pid)
-    io_cpu = threads.pop(server.proc.pid)  # the main thread runs the event loop
-    assert io_cpu == str(max(ALLOWED))
-    assert any(io_cpu not in cpus.replace("-", ",").split(",") for cpus in threads.values()), \
-        f"no thread off the I/O CPU {io_cpu}: {threads}"
+    io = max(ALLOWED)
+    assert threads.pop(server.proc.pid) == {io}  # the main thread runs the event loop
+    assert ALLOWED - {io} in threads.values(), f"no engine thread off CPU {io}: {threads}"
     assert "server.cpus" in server.log_text()
 
 
