@@ -11,10 +11,14 @@ node usually shares it, and on a 16-CPU GPU host one run each way did not settle
 leaves all placement to the OS. Linux only; elsewhere nothing is pinned.
 """
 
+import logging
 import os
 from typing import NamedTuple
 
 from hedgerow.errors import ConfigError
+from hedgerow.logs import fields
+
+log = logging.getLogger("hedgerow.server.affinity")
 
 AUTO_MAX_CPUS = 4
 
@@ -40,6 +44,18 @@ def plan(host_cpu: str) -> CpuPlan | None:
             raise ConfigError(f"--host-cpu {cpu} is not one of the CPUs this process may use "
                               f"({', '.join(map(str, sorted(allowed)))})")
     return CpuPlan(io={cpu}, engine=(allowed - {cpu}) or {cpu})
+
+
+def pin(cpus: set[int]) -> bool:
+    """Keep the calling thread, and the threads it starts from now on, on `cpus`. A system
+    that refuses (a sandbox's syscall filter, say) leaves it where it was, with a warning."""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as error:
+        log.warning("%s", fields(event="server.cpus_not_pinned", cpus=sorted(cpus),
+                                 error=str(error)))
+        return False
+    return True
 
 
 def _current_cpu(allowed: set[int]) -> int:

@@ -149,9 +149,11 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     health = HealthServicer()
     for name in HEALTH_SERVICES:
         await health.set(name, _NOT_SERVING)
+    # Pinned before gRPC starts its threads: they inherit this thread's CPUs.
     cpus = affinity.plan(settings.host_cpu)
-    if cpus is not None:  # before gRPC starts its threads: they inherit this thread's CPUs
-        os.sched_setaffinity(0, cpus.io)
+    if cpus is not None and not affinity.pin(cpus.io):
+        cpus = None  # refused: every thread stays where the OS puts it
+    if cpus is not None:
         log.info("%s", fields(event="server.cpus", io=sorted(cpus.io),
                               engine=sorted(cpus.engine)))
     server = grpc.aio.server(options=grpc_options(settings))

@@ -21,7 +21,6 @@ nothing about requests, scheduling or gRPC.
 """
 
 import asyncio
-import os
 import queue
 import threading
 import time
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from hedgerow.engine.batch import RaggedBatch
+from hedgerow.server import affinity
 
 
 class StepDone(NamedTuple):
@@ -109,7 +109,7 @@ class EngineThread:
 
     def _work(self) -> None:
         if self.cpus:
-            os.sched_setaffinity(0, self.cpus)  # before torch starts any thread from here
+            affinity.pin(self.cpus)  # before torch starts any thread from here
         pending: deque[tuple[_Step, Any, float]] = deque()  # (job, LazyTensor, started)
         handed_back = False  # a result just went back: the loop is likely forming a batch
         while True:

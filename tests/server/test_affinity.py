@@ -44,6 +44,14 @@ def test_a_cpu_this_process_may_not_use_is_refused_by_name():
         affinity.plan(str(outside))
 
 
+def test_a_refused_pin_leaves_the_thread_where_it_was_and_says_so(monkeypatch, caplog):
+    def refuse(pid, cpus):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    assert affinity.pin({0}) is False
+    assert "server.cpus_not_pinned" in caplog.text and "not permitted" in caplog.text
+
+
 def cpus_of_threads(pid: int) -> dict[int, frozenset[int]]:
     """Each thread of `pid`: the CPUs it may run on (/proc lists them as "0-3,6")."""
     out = {}
