@@ -70,7 +70,7 @@ class ServerSettings:
         "with an engine that answers at once: 90-145 µs less per request). "
         "auto: the CPU the server starts on, when it may use 2 to 4 CPUs (a larger set is "
         "usually a shared node); off: the OS places every thread; or a CPU number.",
-        pattern=r"auto|off|[0-9]+",
+        pattern=r"auto|off|[0-9]+", pattern_help="auto, off or a CPU number",
     )
     max_batch_tokens: int = setting(
         2048,

@@ -30,6 +30,7 @@ def setting(
     unit: str | None = None,
     choices: tuple[str, ...] | None = None,
     pattern: str | None = None,
+    pattern_help: str | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
     max_items: int | None = None,
@@ -40,12 +41,13 @@ def setting(
 
     `minimum`/`maximum` bound numbers, and each item of a tuple of numbers (inclusive);
     `max_items` bounds a tuple's length; `choices` bounds strings, as does `pattern` (a regular
-    expression the whole string must match, also the CRD's); `secret` keeps the value out
+    expression the whole string must match, also the CRD's; `pattern_help` says it in words
+    for the error message); `secret` keeps the value out
     of logs. An optional setting given as "" or "none" is None (unset), unless `literal`: then
     the string is the value as given ("" switches a template off, say).
     """
     meta = {"help": help, "unit": unit, "choices": choices, "pattern": pattern,
-            "minimum": minimum, "maximum": maximum, "max_items": max_items, "secret": secret,
+            "pattern_help": pattern_help, "minimum": minimum, "maximum": maximum, "max_items": max_items, "secret": secret,
             "literal": literal}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
@@ -66,6 +68,7 @@ class Field:
     unit: str | None
     choices: tuple[str, ...] | None
     pattern: str | None
+    pattern_help: str | None
     minimum: float | None
     maximum: float | None
     max_items: int | None
@@ -239,7 +242,8 @@ def check_bounds(field: Field, value: Any, source: str) -> None:
     if field.choices and value not in field.choices:
         raise ConfigError(f"{source}: {value!r} is not one of {', '.join(field.choices)}")
     if field.pattern and isinstance(value, str) and not re.fullmatch(field.pattern, value):
-        raise ConfigError(f"{source}: {value!r} does not match {field.pattern}")
+        expected = field.pattern_help or f"a match of {field.pattern}"
+        raise ConfigError(f"{source}: {value!r} is not {expected}")
     items = value if isinstance(value, tuple) else (value,)
     if isinstance(value, tuple) and field.max_items is not None and len(value) > field.max_items:
         raise ConfigError(f"{source}: {len(value)} entries, at most {field.max_items}")

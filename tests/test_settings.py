@@ -21,6 +21,7 @@ class Sample:
     grace: float = setting(30.0, "Grace.", unit="seconds", minimum=0)
     prefix: str | None = setting(None, "Prefix.", literal=True)
     buckets: tuple[int, ...] = setting((1, 2), "Buckets.", minimum=1, max_items=3)
+    tag: str = setting("v1", "Tag.", pattern=r"v[0-9]+")
 
 
 def parse(argv, environ=None):
@@ -79,6 +80,7 @@ def test_empty_is_unset_unless_the_setting_is_literal():
         (["--buckets", "1,x"], {}, "--buckets: expected int, got 'x'"),
         (["--buckets", "1,0"], {}, "--buckets: 0 is below the minimum 1"),
         ([], {"HEDGEROW_BUCKETS": "1,2,3,4"}, "HEDGEROW_BUCKETS: 4 entries, at most 3"),
+        (["--tag", "v1x"], {}, r"--tag: 'v1x' is not a match of v\[0-9\]\+"),
     ],
 )
 def test_bad_values_name_the_setting(argv, env, message):
