@@ -3,10 +3,11 @@
     .venv/bin/python -P benchmarks/gateway_cpu.py [--requests 300] [--rounds 3] [--texts 20000]
     .venv/bin/python -P benchmarks/gateway_cpu.py --server 127.0.0.1:50051 --gateway http://127.0.0.1:8080
     .venv/bin/python -P benchmarks/gateway_cpu.py --stand-in-ms 0    # the gateway alone
+    .venv/bin/python -P benchmarks/gateway_cpu.py --server-flags "--host-cpu off" -- --workers 1
 
 Unless `--server` and `--gateway` are given, starts `hedgerow server` (packaged all-MiniLM-L6-v2,
-CPU, its defaults) and `hedgerow gateway` in front of it (its defaults: one worker per core) on
-free loopback ports. With `--stand-in-ms MS` the server is instead the stand-in of
+CPU, its defaults and any `--server-flags`) and `hedgerow gateway` in front of it (its defaults:
+one worker per core, and any flags after --) on free loopback ports. With `--stand-in-ms MS` the server is instead the stand-in of
 benchmarks/server_overhead.py, FOR TIMING ONLY (no model: zeros, 1024 wide), answering MS ms
 after a request reaches its engine: at 0 the gateway's own cost shows without the model's
 time and noise; at about the model's step time (10) the same cost shows after the gateway has
@@ -29,6 +30,7 @@ are noisy and pessimistic.
 import argparse
 import json
 import random
+import shlex
 import socket
 import sys
 import time
@@ -155,12 +157,18 @@ def main() -> int:
     parser.add_argument("--stand-in-ms", type=float, metavar="MS",
                         help="put the gateway in front of a stand-in server answering MS ms "
                         "after each request reaches it (timing only, no model)")
+    parser.add_argument("--server-flags", type=shlex.split, default=[], metavar="FLAGS",
+                        help="extra `hedgerow server` flags, in one quoted string (when the "
+                        "model server is started here)")
     parser.add_argument("gateway_flags", nargs="*",
                         help="extra `hedgerow gateway` flags after -- (when it is started here)")
     args = parser.parse_args()
     if args.stand_in_ms is not None and (args.stand_in_ms < 0 or args.server):
         parser.error("--stand-in-ms takes a time >= 0, and starts its own server and gateway "
                      "(not with --server/--gateway)")
+    if args.server_flags and (args.server or args.stand_in_ms is not None):
+        parser.error("--server-flags applies to the model server started here (not with "
+                     "--server or --stand-in-ms)")
 
     tokenizer = TextTokenizer(default_model_path(), threads=1)
     children = []
@@ -171,7 +179,7 @@ def main() -> int:
             server, gateway = f"127.0.0.1:{port}", f"http://127.0.0.1:{gw_port}"
             if args.stand_in_ms is None:
                 children.append(start(["server", "--host", "127.0.0.1", "--port", str(port),
-                                       "--http-port", str(http_port)]))
+                                       "--http-port", str(http_port), *args.server_flags]))
                 wait("server", children[-1], lambda: grpc_serving(server))
             else:
                 case = "device" if args.stand_in_ms > 0 else "instant"

@@ -25,6 +25,8 @@ def test_unknown_benchmark_is_rejected(capsys):
     (["engine-cpu", "--repeats", "0"], "--repeats: invalid integer >= 1 value"),
     (["rerank-cpu", "--servers", "0"], "--servers: invalid integer >= 1 value"),
     (["server-overhead", "--tokens", "1"], "--tokens: invalid integer >= 2 value"),
+    (["gateway-cpu", "--stand-in-ms", "0", "--server-flags", "--host-cpu off"],
+     "--server-flags applies to the model server started here"),
 ])
 def test_bad_benchmark_arguments_are_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
