@@ -29,13 +29,13 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
+from hedgerow.bench.clients import threads_until
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, stop, wait
 from hedgerow.defaults import default_model_path
 
@@ -135,26 +135,21 @@ class Contender:
     def throughput(self, clients: int, texts: list[str], seconds: float) -> float:
         """Embeddings per second with `clients` threads sending `texts` back to back."""
         body = self.body(texts)
-        done = [0] * clients
-        end = time.perf_counter() + seconds
 
-        def run(c: int) -> None:
+        def run(c: int, end: float) -> int:
             client = Client(self.url, self.path)
             try:
                 client.post(body)  # warm-up, not counted
+                calls = 0
                 while time.perf_counter() < end:
                     client.post(body)
-                    done[c] += 1
+                    calls += 1
+                return calls
             finally:
                 client.close()
 
-        began = time.perf_counter()
-        threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return sum(done) * len(texts) / (time.perf_counter() - began)
+        calls, elapsed = threads_until(clients, seconds, run)
+        return calls * len(texts) / elapsed
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

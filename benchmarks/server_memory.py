@@ -16,13 +16,13 @@ import argparse
 import random
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 import grpc
 import numpy as np
 
+from hedgerow.bench.clients import threads_until
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
@@ -52,24 +52,16 @@ def mixed_requests(count: int, seed: int) -> list[embed_pb2.EmbedRequest]:
 
 def load_round(address: str, clients: int, seconds: float, requests: list) -> int:
     """Send `requests` round-robin from `clients` threads for `seconds`; returns how many."""
-    done = [0] * clients
-    end = time.monotonic() + seconds
-
-    def client(c: int) -> None:
+    def client(c: int, end: float) -> int:
+        calls, i = 0, c
         with grpc.insecure_channel(address) as channel:
             stub = embed_pb2_grpc.EmbedderStub(channel)
-            i = c
-            while time.monotonic() < end:
+            while time.perf_counter() < end:
                 stub.Embed(requests[i % len(requests)], timeout=60)
-                done[c] += 1
-                i += clients
+                calls, i = calls + 1, i + clients
+        return calls
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(done)
+    return threads_until(clients, seconds, client)[0]
 
 
 def main() -> int:

@@ -57,6 +57,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.bench.clients import threads_until
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, wait
 from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -267,23 +268,15 @@ def sequential(stub, requests: list, count: int) -> list[float]:
 
 def concurrent(stub, requests: list, clients: int, seconds: float) -> float:
     """Requests per second with `clients` threads calling back to back."""
-    counts = [0] * clients
-    end = time.perf_counter() + seconds
-
-    def client(c: int) -> None:
-        i = c
+    def client(c: int, end: float) -> int:
+        calls, i = 0, c
         while time.perf_counter() < end:
             stub.Embed(requests[i % len(requests)])
-            counts[c] += 1
-            i += clients
+            calls, i = calls + 1, i + clients
+        return calls
 
-    began = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.perf_counter() - began)
+    calls, elapsed = threads_until(clients, seconds, client)
+    return calls / elapsed
 
 
 _HISTOGRAMS = {"handler": "hedgerow_request_seconds", "queue": "hedgerow_queue_seconds",
