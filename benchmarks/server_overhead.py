@@ -25,7 +25,9 @@ case in turn (the order rotating), so a noisy moment of a shared machine lands o
 Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls and the
 server process's CPU time per request over them (all its threads: less at the mercy of a noisy
 machine than latency), then 4 and 16 concurrent client threads for `--seconds` each
-(requests/s). The table gives medians
+(requests/s; at 16, also the server's CPU time and context switches per request, all threads:
+the switches count hand-offs between threads, and vary far less than time does). The table
+gives medians
 over rounds, then each server case against the floor round by round: p50 above echo's (and
 above echo's plus the stand-in device time), and its 16-client throughput as a share of echo's.
 For the server cases it also reads the server's own histograms over the sequential phase:
@@ -328,8 +330,12 @@ class Case:
                "cpu": (cpu_seconds(self.proc.pid) - cpu) / args.requests * 1e6}
         if self.server:
             row.update(means_us(before, server_sums(self.http_port)))
-        for clients in (4, 16):
-            row[f"rps{clients}"] = concurrent(self.stub, self.requests, clients, args.seconds)
+        row["rps4"] = concurrent(self.stub, self.requests, 4, args.seconds)
+        cpu, switches = cpu_seconds(self.proc.pid), context_switches(self.proc.pid)
+        row["rps16"] = concurrent(self.stub, self.requests, 16, args.seconds)
+        calls = row["rps16"] * args.seconds
+        row["cpu16"] = (cpu_seconds(self.proc.pid) - cpu) / calls * 1e6
+        row["switches16"] = (context_switches(self.proc.pid) - switches) / calls
         self.rounds.append(row)
 
     def median(self, key: str) -> float:
@@ -347,6 +353,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def context_switches(pid: int) -> int:
+    """Context switches (voluntary and not) of all of process `pid`'s live threads so far."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        total += sum(int(line.split()[1]) for line in status.splitlines()
+                     if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+    return total
+
+
 def spread(values: list[float], fmt: str) -> str:
     """median [min-max] of per-round values."""
     return (f"{np.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]")
@@ -357,13 +376,15 @@ def report(cases: dict[str, Case], args) -> None:
           f"loopback; stand-in engine (no model); device case: ready after {args.device_ms} ms; "
           f"{args.rounds} interleaved rounds, medians over rounds")
     print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'CPU µs/req':>11} {'4 clients req/s':>16} "
-          f"{'16 clients req/s':>17}   server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
+          f"{'16 clients req/s':>17} {'16: CPU µs/req':>15} {'16: switches/req':>17}   "
+          f"server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
     for name, case in cases.items():
         inside = "".join(f" {case.median(k):>{w}.0f}" if case.server else f" {'-':>{w}}"
                          for k, w in (("handler", 8), ("queue", 6), ("step", 6)))
         print(f"{name:<10} {case.median('p50'):>8.0f} {case.median('p99'):>8.0f} "
               f"{case.median('cpu'):>11.0f} {case.median('rps4'):>16.0f} "
-              f"{case.median('rps16'):>17.0f}   {'':>17}{inside}")
+              f"{case.median('rps16'):>17.0f} {case.median('cpu16'):>15.0f} "
+              f"{case.median('switches16'):>17.1f}   {'':>17}{inside}")
     echo = cases.get("echo-aio")
     if echo is None:
         return
