@@ -6,8 +6,8 @@ another core, and on a virtual machine that costs tens of microseconds (docs/ser
 measure). The engine thread, and the torch threads it starts, get the other CPUs: a CPU model
 computes beside the I/O rather than under it, and a GPU's waits never take the I/O's core.
 `auto` does this only for a process that may use 2 to AUTO_MAX_CPUS CPUs: where it was measured
-to pay (2 CPUs), and where a pod's CPUs are usually its own; a process that sees a whole large
-node usually shares it, and on a 16-CPU GPU host one run each way did not settle it. `off`
+to pay (2 CPUs), and where a pod's CPUs are usually its own; on a 16-CPU GPU host, pinning
+doubled the context switches and cost a fifth of the 16-client throughput (docs/benchmarks.md). `off`
 leaves all placement to the OS. Linux only; elsewhere nothing is pinned.
 """
 
