@@ -7,11 +7,12 @@
 
 Unless `--server` and `--gateway` are given, starts `hedgerow server` (packaged all-MiniLM-L6-v2,
 CPU, its defaults and any `--server-flags`) and `hedgerow gateway` in front of it (its defaults:
-one worker per core, and any flags after --) on free loopback ports. With `--stand-in-ms MS` the server is instead the stand-in of
-benchmarks/server_overhead.py, FOR TIMING ONLY (no model: zeros, 1024 wide), answering MS ms
-after a request reaches its engine: at 0 the gateway's own cost shows without the model's
-time and noise; at about the model's step time (10) the same cost shows after the gateway has
-waited idle that long, as it does in front of the real model. Then measures:
+one worker per core, and any flags after --) on free loopback ports. With `--stand-in-ms MS`
+the server is instead the stand-in of benchmarks/server_overhead.py, FOR TIMING ONLY (no
+model: zeros, 1024 wide), answering MS ms after a request reaches its engine: at 0 the
+gateway's own cost shows without the model's time and noise; at about the model's step time
+(10) the same cost shows after the gateway has waited idle that long, as it does in front of
+the real model. Then measures:
   1. added latency, for a short query (about 10 tokens) and a long one (about 200): each is sent
      `--requests` times each way per round, alternating request by request so drift hits both
      paths alike: straight to the server over gRPC (a sync grpc client, token ids already made)

@@ -42,13 +42,13 @@ def setting(
     `minimum`/`maximum` bound numbers, and each item of a tuple of numbers (inclusive);
     `max_items` bounds a tuple's length; `choices` bounds strings, as does `pattern` (a regular
     expression the whole string must match, also the CRD's; `pattern_help` says it in words
-    for the error message); `secret` keeps the value out
-    of logs. An optional setting given as "" or "none" is None (unset), unless `literal`: then
-    the string is the value as given ("" switches a template off, say).
+    for the error message); `secret` keeps the value out of logs. An optional setting given as
+    "" or "none" is None (unset), unless `literal`: then the string is the value as given (""
+    switches a template off, say).
     """
     meta = {"help": help, "unit": unit, "choices": choices, "pattern": pattern,
-            "pattern_help": pattern_help, "minimum": minimum, "maximum": maximum, "max_items": max_items, "secret": secret,
-            "literal": literal}
+            "pattern_help": pattern_help, "minimum": minimum, "maximum": maximum,
+            "max_items": max_items, "secret": secret, "literal": literal}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple for sequence defaults")
     return dataclasses.field(default=default, metadata={"hedgerow": meta})

@@ -7,8 +7,8 @@ measure). The engine thread, and the torch threads it starts, get the other CPUs
 computes beside the I/O rather than under it, and a GPU's waits never take the I/O's core.
 `auto` does this only for a process that may use 2 to AUTO_MAX_CPUS CPUs: where it was measured
 to pay (2 CPUs), and where a pod's CPUs are usually its own; on a 16-CPU GPU host, pinning
-doubled the context switches and cost a fifth of the 16-client throughput (docs/benchmarks.md). `off`
-leaves all placement to the OS. Linux only; elsewhere nothing is pinned.
+doubled the context switches and cost a fifth of the 16-client throughput (docs/benchmarks.md).
+`off` leaves all placement to the OS. Linux only; elsewhere nothing is pinned.
 """
 
 import logging

@@ -36,7 +36,8 @@ def test_unknown_devices_are_refused(device):
 @pytest.mark.parametrize("value", ["cpu3", "-1", "1,2", "on"])
 def test_host_cpu_is_auto_off_or_a_cpu_number(value):
     assert load("--host-cpu", "off").host_cpu == "off"
-    with pytest.raises(ConfigError, match=f"--host-cpu: '{value}' is not auto, off or a CPU number"):
+    with pytest.raises(ConfigError,
+                       match=f"--host-cpu: '{value}' is not auto, off or a CPU number"):
         load("--host-cpu", value)
 
 
