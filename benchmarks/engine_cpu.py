@@ -205,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="model directory")
     parser.add_argument("--repeats", type=at_least(1), default=3)
-    parser.add_argument("--max-batch-tokens", type=int, default=8192)
-    parser.add_argument("--st-batch-size", type=int, default=32)
+    parser.add_argument("--max-batch-tokens", type=at_least(1), default=8192)
+    parser.add_argument("--st-batch-size", type=at_least(1), default=32)
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                         help="the engine's dtype; auto (the server's default) is also timed "
                              "against float32 when it chooses something else")
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the engine's dense-layer kernels")
     parser.add_argument("--attention-study", action="store_true",
                         help="time the CPU attention candidates instead of the engines")
-    parser.add_argument("--study-batches", type=int, default=2,
+    parser.add_argument("--study-batches", type=at_least(1), default=2,
                         help="how many of the corpus's batches the attention study uses")
     args = parser.parse_args(argv)
     if args.threads:

@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 from hedgerow.bench.clients import threads_until
-from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, stop, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, stop, wait
 from hedgerow.defaults import default_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,7 +228,7 @@ def report(contenders: list[Contender], args) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=at_least(1), default=5)
-    parser.add_argument("--seconds", type=float, default=5.0,
+    parser.add_argument("--seconds", type=positive, default=5.0,
                         help="seconds per throughput figure, per contender and round")
     parser.add_argument("--requests", type=at_least(1), default=100,
                         help="sequential requests per latency figure, per contender and round")

@@ -4,6 +4,7 @@ Processes run as `python -P -m hedgerow ...` (never with the repository root on 
 their own session, with no stray HEDGEROW_ settings from the caller's environment.
 """
 
+import math
 import os
 import signal
 import socket
@@ -26,6 +27,17 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
     parse.__name__ = f"integer >= {minimum}"  # argparse's message: "invalid integer >= 2 value"
     return parse
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number above 0 (argparse reports anything else)."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError(text)
+    return value
+
+
+positive.__name__ = "number > 0"  # argparse's message: "invalid number > 0 value"
 
 
 def free_port() -> int:

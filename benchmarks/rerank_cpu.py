@@ -97,12 +97,12 @@ def measure(server: str, gateway: str, tokenizer: TextTokenizer, texts: list[str
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=30)
-    parser.add_argument("--documents", type=int, default=100)
+    parser.add_argument("--requests", type=at_least(1), default=30)
+    parser.add_argument("--documents", type=at_least(1), default=100)
     parser.add_argument("--tokens", type=at_least(2), default=128, help="tokens per document")
-    parser.add_argument("--top-n", type=int, default=10)
+    parser.add_argument("--top-n", type=at_least(1), default=10)
     parser.add_argument("--servers", type=at_least(1), default=1, help="servers to start")
-    parser.add_argument("--cpu-threads", type=int, default=0,
+    parser.add_argument("--cpu-threads", type=at_least(0), default=0,
                         help="--cpu-threads of each started server (0: torch's default)")
     parser.add_argument("--model", type=Path, help="model directory (default: the packaged model)")
     parser.add_argument("--device", default="cpu", help="the started servers' device")

@@ -25,7 +25,7 @@ import time
 import grpc
 import numpy as np
 
-from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, wait
 from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2_grpc
 
@@ -104,8 +104,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", help="benchmark a running server instead of starting one")
     parser.add_argument("--tokens", type=at_least(2), default=16, help="tokens per request (>= 2)")
-    parser.add_argument("--requests", type=int, default=200, help="sequential requests")
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per concurrency")
+    parser.add_argument("--requests", type=at_least(1), default=200, help="sequential requests")
+    parser.add_argument("--seconds", type=positive, default=5.0, help="seconds per concurrency")
     parser.add_argument("--rounds", type=at_least(1), default=3,
                         help="interleaved rounds over the two servers")
     parser.add_argument("server_flags", nargs="*", help="extra `hedgerow server` flags after --")

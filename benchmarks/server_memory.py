@@ -23,7 +23,7 @@ import grpc
 import numpy as np
 
 from hedgerow.bench.clients import threads_until
-from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, wait
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 SEED = 20261201
@@ -67,7 +67,7 @@ def load_round(address: str, clients: int, seconds: float, requests: list) -> in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=at_least(2), default=5)
-    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of load per round")
+    parser.add_argument("--seconds", type=positive, default=20.0, help="seconds of load per round")
     parser.add_argument("--clients", type=at_least(1), default=4)
     parser.add_argument("server_flags", nargs="*", help="extra `hedgerow server` flags after --")
     args = parser.parse_args()

@@ -60,7 +60,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.bench.clients import threads_until
-from hedgerow.bench.processes import at_least, free_port, grpc_serving, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, wait
 from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
@@ -409,11 +409,11 @@ def main() -> int:
                         help="interleaved rounds over every case")
     parser.add_argument("--requests", type=at_least(1), default=500,
                         help="sequential requests per case and round")
-    parser.add_argument("--seconds", type=float, default=1.0,
+    parser.add_argument("--seconds", type=positive, default=1.0,
                         help="seconds per concurrency level, per case and round")
     parser.add_argument("--tokens", type=at_least(2), default=128,
                         help="tokens per request (>= 2)")
-    parser.add_argument("--device-ms", type=float, default=1.0,
+    parser.add_argument("--device-ms", type=positive, default=1.0,
                         help="the device case's stand-in step time, milliseconds")
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases")
     parser.add_argument("--profile", choices=CASES, help="run this case's server under cProfile")

@@ -31,7 +31,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from hedgerow.bench.processes import at_least, free_port, grpc_serving, start, stop
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, stop
 from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
@@ -113,9 +113,9 @@ def main() -> int:
     parser.add_argument("--compile-cache", type=Path,
                         help="one compile-cache directory for every start (CUDA; default: a new "
                              "empty one per start)")
-    parser.add_argument("--first-seconds", type=float, default=60.0,
+    parser.add_argument("--first-seconds", type=positive, default=60.0,
                         help="the first window after the last start's SERVING")
-    parser.add_argument("--steady-seconds", type=float, default=60.0,
+    parser.add_argument("--steady-seconds", type=positive, default=60.0,
                         help="the window after it, taken as steady")
     parser.add_argument("server_flags", nargs="*", help="extra `hedgerow server` flags after --")
     args = parser.parse_args()

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
+from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, stop, wait
 
 
 SEED_NUMBERS = {  # the seed's published p50 (ms) and emb/s: (Tulip, vLLM v0.22.0)
@@ -405,9 +405,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".bench")))
     parser.add_argument("--models", type=Path, default=Path("/tmp/hedgerow-models"))
     parser.add_argument("--only", action="append", choices=("bge-m3", "qwen3-0.6b"))
-    parser.add_argument("--requests", type=int, default=1000,
+    parser.add_argument("--requests", type=at_least(1), default=1000,
                         help="sequential requests per latency cell (the seed used 10,000)")
-    parser.add_argument("--seconds", type=float, default=5.0,
+    parser.add_argument("--seconds", type=positive, default=5.0,
                         help="rough length of each throughput cell")
     parser.add_argument("--charts", default="1,2,3,4",
                         help="which charts to run, e.g. 3,4")

@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+from hedgerow.bench.processes import at_least
 from hedgerow.kernels.topk import topk
 from hedgerow.kernels.topk_triton import choose_config, topk_triton
 
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,4,16,64,256,1024,4096")
     parser.add_argument("--cols", default="672,1344,2048,4096,8192")
-    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--k", type=at_least(1), default=16)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated subset of " + ", ".join(VARIANTS))
     args = parser.parse_args(argv)

@@ -27,6 +27,10 @@ def test_unknown_benchmark_is_rejected(capsys):
     (["server-overhead", "--tokens", "1"], "--tokens: invalid integer >= 2 value"),
     (["gateway-cpu", "--stand-in-ms", "0", "--server-flags", "--host-cpu off"],
      "--server-flags applies to the model server started here"),
+    (["server-overhead", "--seconds", "0"], "--seconds: invalid number > 0 value"),
+    (["server-start", "--steady-seconds", "nan"], "--steady-seconds: invalid number > 0 value"),
+    (["server-cpu", "--requests", "0"], "--requests: invalid integer >= 1 value"),
+    (["rerank-cpu", "--top-n", "0"], "--top-n: invalid integer >= 1 value"),
 ])
 def test_bad_benchmark_arguments_are_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
