@@ -29,6 +29,19 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def int_list(minimum: int) -> Callable[[str], list[int]]:
+    """An argparse type: comma-separated integers, at least one, each at least `minimum`."""
+    item = at_least(minimum)
+
+    def parse(text: str) -> list[int]:
+        values = [item(part) for part in text.split(",") if part.strip()]
+        if not values:
+            raise ValueError(text)
+        return values
+    parse.__name__ = f"comma-separated list of integers >= {minimum}"
+    return parse
+
+
 def positive(text: str) -> float:
     """An argparse type: a finite number above 0 (argparse reports anything else)."""
     value = float(text)

@@ -41,7 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, stop, wait
+from hedgerow.bench.processes import (
+    at_least, free_port, grpc_serving, int_list, positive, start, stop, wait,
+)
 
 
 SEED_NUMBERS = {  # the seed's published p50 (ms) and emb/s: (Tulip, vLLM v0.22.0)
@@ -409,7 +411,7 @@ def main(argv=None) -> int:
                         help="sequential requests per latency cell (the seed used 10,000)")
     parser.add_argument("--seconds", type=positive, default=5.0,
                         help="rough length of each throughput cell")
-    parser.add_argument("--charts", default="1,2,3,4",
+    parser.add_argument("--charts", type=int_list(1), default="1,2,3,4",
                         help="which charts to run, e.g. 3,4")
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
@@ -418,7 +420,9 @@ def main(argv=None) -> int:
                         help="tokenizer.json for random-weight models (default: the packaged "
                              "all-MiniLM-L6-v2 one)")
     args = parser.parse_args(argv)
-    args.charts = {int(c) for c in args.charts.split(",") if c.strip()}
+    args.charts = set(args.charts)
+    if not args.charts <= {1, 2, 3, 4}:
+        parser.error(f"--charts takes 1, 2, 3 and 4, got {sorted(args.charts)}")
     if args.tokenizer is None:
         from hedgerow.defaults import default_model_path
 

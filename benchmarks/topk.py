@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from hedgerow.bench.processes import at_least
+from hedgerow.bench.processes import at_least, int_list
 from hedgerow.kernels.topk import topk
 from hedgerow.kernels.topk_triton import choose_config, topk_triton
 
@@ -53,17 +53,21 @@ def time_graph(fn) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="1,4,16,64,256,1024,4096")
-    parser.add_argument("--cols", default="672,1344,2048,4096,8192")
+    parser.add_argument("--rows", type=int_list(1), default="1,4,16,64,256,1024,4096")
+    parser.add_argument("--cols", type=int_list(1), default="672,1344,2048,4096,8192")
     parser.add_argument("--k", type=at_least(1), default=16)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated subset of " + ", ".join(VARIANTS))
     args = parser.parse_args(argv)
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    if args.k > min(args.cols):
+        parser.error(f"--k {args.k} is more than the narrowest --cols {min(args.cols)}")
     if not torch.cuda.is_available():
         print("benchmarks/topk.py needs CUDA", file=sys.stderr)
         return 2
-    rows_list = [int(x) for x in args.rows.split(",")]
-    cols_list = [int(x) for x in args.cols.split(",")]
+    rows_list, cols_list = args.rows, args.cols
     k = args.k
     variants = {name: VARIANTS[name] for name in args.variants.split(",")}
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, k={k}, float32, "
