@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated subset of " + ", ".join(VARIANTS))
     args = parser.parse_args(argv)
-    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    chosen = args.variants.split(",")
+    unknown = set(chosen) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.k > min(args.cols):
@@ -67,17 +68,16 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("benchmarks/topk.py needs CUDA", file=sys.stderr)
         return 2
-    rows_list, cols_list = args.rows, args.cols
     k = args.k
-    variants = {name: VARIANTS[name] for name in args.variants.split(",")}
+    variants = {name: VARIANTS[name] for name in chosen}
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, k={k}, float32, "
           f"microseconds per call (median of {REPLAYS} graph replays of {REPEAT} calls)")
     names = ["torch.topk", "topk()", *variants]
     print("| rows | cols | " + " | ".join(names) + " | best kernel | torch.topk / best |")
     print("|" + "---|" * (len(names) + 4))
     g = torch.Generator(device="cuda").manual_seed(0)
-    for cols in cols_list:
-        for rows in rows_list:
+    for cols in args.cols:
+        for rows in args.rows:
             scores = torch.randn(rows, cols, device="cuda", generator=g)
             results = {
                 "torch.topk": time_graph(lambda: torch.topk(scores, k, dim=1)),
