@@ -268,8 +268,8 @@ def sequential(stub, requests: list, count: int) -> list[float]:
     return latencies
 
 
-def concurrent(stub, requests: list, clients: int, seconds: float) -> float:
-    """Requests per second with `clients` threads calling back to back."""
+def concurrent(stub, requests: list, clients: int, seconds: float) -> tuple[int, float]:
+    """(calls made, seconds taken) by `clients` threads calling back to back."""
     def client(c: int, end: float) -> int:
         calls, i = 0, c
         while time.perf_counter() < end:
@@ -277,8 +277,7 @@ def concurrent(stub, requests: list, clients: int, seconds: float) -> float:
             calls, i = calls + 1, i + clients
         return calls
 
-    calls, elapsed = threads_until(clients, seconds, client)
-    return calls / elapsed
+    return threads_until(clients, seconds, client)
 
 
 _HISTOGRAMS = {"handler": "hedgerow_request_seconds", "queue": "hedgerow_queue_seconds",
@@ -330,10 +329,11 @@ class Case:
                "cpu": (cpu_seconds(self.proc.pid) - cpu) / args.requests * 1e6}
         if self.server:
             row.update(means_us(before, server_sums(self.http_port)))
-        row["rps4"] = concurrent(self.stub, self.requests, 4, args.seconds)
+        calls, elapsed = concurrent(self.stub, self.requests, 4, args.seconds)
+        row["rps4"] = calls / elapsed
         cpu, switches = cpu_seconds(self.proc.pid), context_switches(self.proc.pid)
-        row["rps16"] = concurrent(self.stub, self.requests, 16, args.seconds)
-        calls = row["rps16"] * args.seconds
+        calls, elapsed = concurrent(self.stub, self.requests, 16, args.seconds)
+        row["rps16"] = calls / elapsed
         row["cpu16"] = (cpu_seconds(self.proc.pid) - cpu) / calls * 1e6
         row["switches16"] = (context_switches(self.proc.pid) - switches) / calls
         self.rounds.append(row)
