@@ -1,15 +1,17 @@
 """The GPU engine alone against `transformers` eager, random weights of real shapes, bf16.
 
     python -P benchmarks/engine_gpu.py [--out DIR] [--models DIR] [--attention-sweep]
-                                       [--compile] [--compile-mode MODE ...] [--analysis]
+                                       [--compile] [--variant NAME ...] [--analysis]
                                        [--only bge-m3] [--quick]
 
 Runs on any CUDA machine; the issue's targets are for one H200. In order:
 
-1. `--attention-sweep`: each CUDA attention backend per attention shape (BGE-M3: 16 heads of
-   64, bidirectional; Qwen3-0.6B: 16/8 heads of 128, causal and bidirectional) over
-   (batch, length) cells, each call timed as a CUDA-graph replay; writes the choice table to
-   OUT/attention_table.json and into the installed package, so the engine below uses it.
+1. `--attention-sweep`: each CUDA attention backend (FA2 varlen, FlashAttention 4, flash-attn,
+   padded SDPA, and cuDNN on uniform batches) per attention shape (BGE-M3: 16 heads of 64,
+   bidirectional; Qwen3-0.6B: 16/8 heads of 128, causal and bidirectional) over (batch,
+   length) cells, each call timed as a CUDA-graph replay with the `max_seqlen` the engine's
+   graphs would give it; writes the choice table to OUT/attention_table.json and into the
+   installed package, so the engine below uses it.
 2. Per model shape (directories written by benchmarks/models.py, bf16, random weights), the
    engine with graphs and without torch.compile first:
    - a correctness gate first: our pooled embeddings (bf16, one ragged batch) against
@@ -23,13 +25,14 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      [100, 512] batch;
    - overlap: CUDA events on the engine stream around 50 back-to-back 1 x 512 steps and the
      8192-budget bulk run give the device's idle time between steps;
-   - with `--compile`, after both models: the engine's default (torch.compile under the
-     graphs): gate, compile time, latency and 8192-budget bulk throughput, once per
-     `--compile-mode` given (default: `default`; `max-autotune-no-cudagraphs` also times
-     Inductor's matrix-product templates against cuBLAS);
    - with `--analysis`: sequence-count buckets against exact counts (the same batch in a
-     graph with B slots and with the next power of two) and a kernel profile of one eager
-     forward (count and top kernels) at 128 and 8192 tokens.
+     graph with B slots and with the next power of two);
+   - with `--compile`, after both models: the engine as served (torch.compile under the
+     graphs) in each `--variant` (VARIANTS below: `fa2` the engine before FlashAttention 4
+     and cuDNN, `auto` the measured table, `auto+gelu` with the GELU epilogue too,
+     `max-autotune` Inductor's GEMM templates): gate, compile time, latency, a 16 x 512
+     scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
+     graph replay launches (count, per layer, top kernels) at 128 and 8192 tokens.
 Writes OUT/engine_gpu.json and prints a table last. Numbers depend on the GPU and its clocks.
 """
 
@@ -39,6 +42,7 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -51,6 +55,7 @@ from hedgerow.engine.attention_cuda import AttentionTable, Cell, shape_key  # no
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.gpu import stepper_for  # noqa: E402
+from hedgerow.engine.loader import load_model  # noqa: E402
 from hedgerow.gpu_settings import GpuSettings  # noqa: E402
 
 TARGETS = {  # the issue's targets for the engine alone on one H200
@@ -93,34 +98,50 @@ def graph_time_us(fn, reps: int = 20) -> float:
 
 # -- 1. attention sweep -----------------------------------------------------------------------
 
+def _check_backends(backends, q_heads, kv_heads, head_dim, causal, key):
+    """The backends that agree with the float64 reference on this shape: ragged ones on a
+    ragged batch with an empty sequence, uniform-only ones on a uniform batch."""
+    correct = {}
+    for name, fn in backends.items():
+        lengths = [77, 77, 77] if name in attention_cuda.UNIFORM_ONLY else [5, 0, 77, 128, 1]
+        bound = 77 if name in attention_cuda.UNIFORM_ONLY else 256
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(lengths), 0)
+        q = torch.randn(sum(lengths), q_heads, head_dim, dtype=torch.bfloat16)
+        k = torch.randn(sum(lengths), kv_heads, head_dim, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        ref = reference_attention(q.double(), k.double(), v.double(), cu, max(lengths), causal)
+        try:
+            out = fn(q.cuda(), k.cuda(), v.cuda(), cu.cuda(), bound, causal).cpu().double()
+            error = ((out - ref).norm() / ref.norm()).item()
+        except RuntimeError as failure:
+            error = float("inf")
+            log(f"  {key} {name}: failed the check ({failure})")
+        log(f"  {key} {name}: relative error vs float64 {error:.2e}")
+        if error < 2e-2:
+            correct[name] = fn
+    return correct
+
+
+def sweep_bound(name: str, batch: int, length: int, grid_max: int = 8192) -> int:
+    """The `max_seqlen` the engine gives a backend for this cell: a uniform configuration's
+    exact length; in a grid configuration the bucket's token count (BGE-M3 and Qwen3 accept
+    sequences that long); past the grid, the batch's own longest."""
+    total = batch * length
+    if name in attention_cuda.UNIFORM_ONLY or total > grid_max:
+        return length
+    return total
+
+
 def attention_sweep(quick: bool) -> AttentionTable:
     backends = attention_cuda.available_backends()
-    batches = [1, 4, 16, 64] if not quick else [1, 16]
+    batches = [1, 2, 4, 8, 16, 64] if not quick else [1, 16]
     lengths = [64, 128, 512, 2048, 4096] if not quick else [128, 512]
     table: dict[str, list[Cell]] = {}
     for q_heads, kv_heads, head_dim, causal in ATTENTION_SHAPES:
         key = shape_key(q_heads, kv_heads, head_dim, causal)
         cells = []
-        # Only backends that agree with the float64 reference (empty sequences included) on
-        # this shape enter its table.
-        lengths_check = [5, 0, 77, 128, 1]
-        cu = torch.zeros(len(lengths_check) + 1, dtype=torch.int32)
-        cu[1:] = torch.cumsum(torch.tensor(lengths_check), 0)
-        q = torch.randn(sum(lengths_check), q_heads, head_dim, dtype=torch.bfloat16)
-        k = torch.randn(sum(lengths_check), kv_heads, head_dim, dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        ref = reference_attention(q.double(), k.double(), v.double(), cu, 128, causal)
-        correct = {}
-        for name, fn in backends.items():
-            try:
-                out = fn(q.cuda(), k.cuda(), v.cuda(), cu.cuda(), 256, causal).cpu().double()
-                error = ((out - ref).norm() / ref.norm()).item()
-            except RuntimeError as failure:
-                error = float("inf")
-                log(f"  {key} {name}: failed the check ({failure})")
-            log(f"  {key} {name}: relative error vs float64 {error:.2e}")
-            if error < 2e-2:
-                correct[name] = fn
+        correct = _check_backends(backends, q_heads, kv_heads, head_dim, causal, key)
         for batch in batches:
             for length in lengths:
                 if batch * length > 65536:
@@ -132,9 +153,12 @@ def attention_sweep(quick: bool) -> AttentionTable:
                 cu = torch.arange(0, total + 1, length, dtype=torch.int32, device="cuda")
                 times = {}
                 for name, fn in correct.items():
+                    if name in attention_cuda.UNIFORM_ONLY and batch == 1:
+                        continue  # one sequence always runs in a grid configuration
+                    bound = sweep_bound(name, batch, length)
                     try:
                         times[name] = round(graph_time_us(
-                            lambda: fn(q, k, v, cu, length, causal)), 2)
+                            lambda: fn(q, k, v, cu, bound, causal)), 2)
                     except (RuntimeError, torch.OutOfMemoryError) as error:
                         log(f"  {key} {batch}x{length} {name}: failed ({error})")
                 cells.append(Cell(batch, length, times))
@@ -145,7 +169,7 @@ def attention_sweep(quick: bool) -> AttentionTable:
     q = torch.randn(8192, 16, 64, device="cuda", dtype=torch.bfloat16)
     cu = torch.arange(0, 8193, 512, dtype=torch.int32, device="cuda")
     for name, fn in backends.items():
-        if name == "sdpa":
+        if name == "sdpa" or name in attention_cuda.UNIFORM_ONLY:
             continue
         try:
             tight = graph_time_us(lambda: fn(q, q, q, cu, 512, False))
@@ -157,8 +181,9 @@ def attention_sweep(quick: bool) -> AttentionTable:
             f"8192 {loose:.1f} us")
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "unit": "microseconds per call, median of "
-            "20 CUDA-graph replays", "command": "python -P benchmarks/engine_gpu.py "
-            "--attention-sweep"}
+            "20 CUDA-graph replays; ragged backends with the max_seqlen the engine's graphs "
+            "give them (the bucket's tokens up to 8192), cudnn on uniform batches only",
+            "command": "python -P benchmarks/engine_gpu.py --attention-sweep"}
     return AttentionTable(table, meta)
 
 
@@ -293,9 +318,9 @@ def overlap_small_steps(engine, sequence, count=50):
     return idle_between(pairs)
 
 
-def seq_bucket_cost(engine, vocab):
+def seq_bucket_cost(directory, vocab):
     """Replay ms of one batch in a graph with exactly B slots vs the next power of two."""
-    loaded = engine._loaded
+    loaded = load_model(directory, device="cuda", dtype="bfloat16")
     exact = stepper_for(loaded, GpuSettings(graph_seq_buckets=(), graph_hot_set=(),
                                             compile=False))
     bucketed = stepper_for(loaded, GpuSettings(graph_hot_set=(), compile=False))
@@ -324,17 +349,23 @@ def seq_bucket_cost(engine, vocab):
     return rows
 
 
-def kernel_profile(engine, tokens, vocab):
-    """Kernel count and top kernels of one eager forward of `tokens` tokens (1 sequence)."""
+def kernel_profile(directory, tokens, vocab, settings: GpuSettings):
+    """Kernels one forward launches as the engine serves it (`settings`: compiled or not,
+    under a CUDA graph), for one sequence of `tokens` tokens: the count, the count per layer
+    and the top kernels. Profiles the third step, a replay of the captured graph (the
+    profiler sees each kernel of a replayed graph)."""
     from torch.profiler import ProfilerActivity, profile
 
-    stepper = stepper_for(engine._loaded, GpuSettings(graphs=False, compile=False))
+    loaded = load_model(directory, device="cuda", dtype="bfloat16")
+    layers = len(loaded.model.layers)
+    stepper = stepper_for(loaded, replace(settings, graph_hot_set=()))
     batch = RaggedBatch.from_sequences(random_sequences([tokens], vocab, 9))
-    for _ in range(3):
+    for _ in range(3):  # eager, capture + replay, replay
         stepper.step(batch).synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         stepper.step(batch).synchronize()
-    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"
+               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
     by_name: dict[str, list[float]] = {}
     for event in kernels:
         spent = getattr(event, "device_time", None)
@@ -343,7 +374,10 @@ def kernel_profile(engine, tokens, vocab):
         by_name.setdefault(event.name[:70], []).append(spent)
     total = sum(sum(v) for v in by_name.values())
     top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:10]
-    return {"tokens": tokens, "kernels": len(kernels), "device_us": round(total, 1),
+    del stepper, loaded
+    torch.cuda.empty_cache()
+    return {"tokens": tokens, "kernels": len(kernels), "layers": layers,
+            "per_layer": round(len(kernels) / layers, 2), "device_us": round(total, 1),
             "top": [{"name": n, "count": len(v), "us": round(sum(v), 1)} for n, v in top]}
 
 
@@ -433,13 +467,7 @@ def bench_model(name, directory, args, results):
         f"(max gap {worst:.4f} ms) over {busy:.2f} ms busy")
 
     if args.analysis:
-        row["seq_buckets"] = seq_bucket_cost(engine, vocab)
-        row["profile"] = [kernel_profile(engine, t, vocab) for t in (128, 8192)]
-        for prof in row["profile"]:
-            log(f"{name}: eager forward at {prof['tokens']} tokens: {prof['kernels']} kernels, "
-                f"{prof['device_us']} us device")
-            for k in prof["top"]:
-                log(f"    {k['us']:9.1f} us {k['count']:4d}x {k['name']}")
+        row["seq_buckets"] = seq_bucket_cost(directory, vocab)
     row["engine_report"] = {k: v for k, v in engine.warmup_report().items()
                             if k not in ("attention",)}
     del engine
@@ -447,20 +475,26 @@ def bench_model(name, directory, args, results):
     return ref, gate_seqs
 
 
-def compiled_key(mode: str) -> str:
-    return "compiled" if mode == "default" else f"compiled {mode}"
+# The served engine (torch.compile under the graphs) in variants that differ in one setting
+# each, so one run compares them: `fa2` is the engine before FlashAttention 4 and cuDNN (FA2
+# everywhere), `auto` the measured attention table, `auto+gelu` that plus the GELU epilogue.
+VARIANTS = {
+    "fa2": {"attention_backend": "varlen"},
+    "auto": {},
+    "auto+gelu": {"gelu_epilogue": True},
+    "max-autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
+}
 
 
-def bench_compiled(name, directory, ref, gate_seqs, row, mode="default"):
-    """The same engine with torch.compile (Inductor, `mode`) under the graphs."""
+def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
+    """The engine as served (torch.compile under the graphs) with one variant's settings."""
     out = {}
-    row[compiled_key(mode)] = out
-    name = f"{name} [{mode}]"
+    row.setdefault("variants", {})[variant] = out
+    label = f"{name} [{variant}]"
+    settings = GpuSettings(graph_hot_set=HOT_SET, compile=True, **VARIANTS[variant])
     start = time.perf_counter()
     try:
-        engine = Engine.load(directory, device="cuda", dtype="bfloat16",
-                             gpu_settings=GpuSettings(graph_hot_set=HOT_SET, compile=True,
-                                                      compile_mode=mode))
+        engine = Engine.load(directory, device="cuda", dtype="bfloat16", gpu_settings=settings)
         vocab = engine.info.vocab_size
         cosines = []
         for _ in range(3):
@@ -468,13 +502,13 @@ def bench_compiled(name, directory, ref, gate_seqs, row, mode="default"):
             cosines.append(torch.nn.functional.cosine_similarity(ours, ref, dim=-1))
         engine.warmup()
     except (RuntimeError, ValueError, TypeError, AssertionError) as error:
-        # reported in the results and the table: this section is an experiment
+        # reported in the results and the table: a variant may not run on this machine
         out["error"] = f"{type(error).__name__}: {error}"[:500]
-        log(f"{name}: compiled engine failed: {out['error']}")
+        log(f"{label}: failed: {out['error']}")
         return
     out["compile_and_warmup_s"] = round(time.perf_counter() - start, 1)
     out["gate_min_cosine"] = round(torch.cat(cosines).min().item(), 6)
-    log(f"{name}: compiled: gate min cosine {out['gate_min_cosine']}, compile + warmup "
+    log(f"{label}: gate min cosine {out['gate_min_cosine']}, compile + warmup "
         f"{out['compile_and_warmup_s']} s")
     for length, iters in ((128, 300), (512, 300), (4096, 60)):
         batch = RaggedBatch.from_sequences(random_sequences([length], vocab, length))
@@ -482,13 +516,26 @@ def bench_compiled(name, directory, ref, gate_seqs, row, mode="default"):
         host_us, replay_ms = time_parts(engine, batch)
         out[f"p50_{length}"], out[f"p99_{length}"] = round(p50, 3), round(p99, 3)
         out[f"replay_ms_{length}"] = round(replay_ms, 3)
-        log(f"{name}: compiled batch 1 x {length}: p50 {p50:.3f} p99 {p99:.3f} ms, replay "
+        log(f"{label}: batch 1 x {length}: p50 {p50:.3f} p99 {p99:.3f} ms, replay "
             f"{replay_ms:.3f} ms, host {host_us:.0f} us")
+    # a scoring request's step: 16 documents of 512 tokens (uniform: cuDNN where it wins)
+    batch = RaggedBatch.from_sequences(random_sequences([512] * 16, vocab, 16))
+    p50, p99 = time_engine(engine, batch, 100)
+    out["p50_16x512"], out["p99_16x512"] = round(p50, 3), round(p99, 3)
     bulk = random_sequences([512] * 100, vocab, 100)
     out["bulk"] = round(bulk_engine(engine, bulk, 8192), 1)
-    log(f"{name}: compiled 100 x 512: {out['bulk']} emb/s (8192-token steps)")
+    out["attention"] = engine.warmup_report()["attention"]
+    log(f"{label}: 16 x 512 p50 {p50:.3f} ms; 100 x 512: {out['bulk']} emb/s (8192-token "
+        f"steps); attention {out['attention']}")
     del engine
     torch.cuda.empty_cache()
+    if analysis:
+        out["profile"] = [kernel_profile(directory, t, vocab, settings) for t in (128, 8192)]
+        for prof in out["profile"]:
+            log(f"{label}: graph replay at {prof['tokens']} tokens: {prof['kernels']} kernels "
+                f"({prof['per_layer']} per layer), {prof['device_us']} us device")
+            for k in prof["top"]:
+                log(f"    {k['us']:9.1f} us {k['count']:4d}x {k['name']}")
 
 
 def print_table(results):
@@ -513,22 +560,29 @@ def print_table(results):
             f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
         log(f"{name:11s} {'100x512 emb/s (2048 steps)':26s} {row['bulk_2048']:>18}")
         log(f"{name:11s} {'100x512 emb/s (one batch)':26s} {row['bulk_one_batch']:>18}")
-        for key, compiled in row.items():
-            if not key.startswith("compiled") or "p50_128" not in compiled:
+        for variant, compiled in row.get("variants", {}).items():
+            if "p50_128" not in compiled:
+                log(f"{name:11s} {variant + ' failed':26s} {compiled.get('error', '')[:60]}")
                 continue
-            label = "+compile" if key == "compiled" else "+autotune"
             for length in (128, 512, 4096):
                 target = targets[f"p50_{length}"]
                 value, tail = compiled[f"p50_{length}"], compiled[f"p99_{length}"]
-                metric = f"{label} 1x{length} p50/p99"
+                metric = f"{variant} 1x{length} p50/p99"
                 pair = f"{value:.3f} / {tail:.3f}"
                 log(f"{name:11s} {metric:26s} {pair:>18s} {'':>18s} {target:>8} "
                     f"{'yes' if value <= target else 'no'}")
+            pair = f"{compiled['p50_16x512']:.3f} / {compiled['p99_16x512']:.3f}"
+            log(f"{name:11s} {variant + ' 16x512 p50/p99':26s} {pair:>18s}")
             met = "yes" if compiled["bulk"] >= targets["bulk"] else "no"
-            log(f"{name:11s} {label + ' 100x512 emb/s':26s} {compiled['bulk']:>18} {'':>18s} "
-                f"{targets['bulk']:>8} {met}")
-            log(f"{name:11s} {label + ' compile+warmup s':26s} "
+            log(f"{name:11s} {variant + ' 100x512 emb/s':26s} {compiled['bulk']:>18} "
+                f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
+            log(f"{name:11s} {variant + ' gate min cosine':26s} "
+                f"{compiled['gate_min_cosine']:>18}")
+            log(f"{name:11s} {variant + ' compile+warmup s':26s} "
                 f"{compiled['compile_and_warmup_s']:>18}")
+            for prof in compiled.get("profile", []):
+                log(f"{name:11s} {variant + ' kernels/layer ' + str(prof['tokens']):26s} "
+                    f"{prof['per_layer']:>18}")
         o = row["overlap_1x512"]
         log(f"{name:11s} {'idle between 50 1x512 ms':26s} {o['idle_ms']:>18} "
             f"{'of ' + str(o['busy_ms']) + ' busy':>18s}")
@@ -545,10 +599,9 @@ def main(argv=None) -> int:
                         help="also: sequence-bucket cost and kernel profiles")
     parser.add_argument("--compile", action="store_true",
                         help="also: the engine with torch.compile under the graphs")
-    parser.add_argument("--compile-mode", action="append",
-                        choices=("default", "max-autotune-no-cudagraphs"),
-                        help="with --compile: the torch.compile modes to measure, in turn "
-                        "(repeatable; default: default)")
+    parser.add_argument("--variant", action="append", choices=tuple(VARIANTS),
+                        help="with --compile: the served-engine variants to measure, in turn "
+                        "(repeatable; default: auto)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         log("needs a CUDA device")
@@ -578,8 +631,9 @@ def main(argv=None) -> int:
         (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
     if args.compile:
         for name, (ref, gate_seqs) in gates.items():
-            for mode in args.compile_mode or ["default"]:
-                bench_compiled(name, args.models / name, ref, gate_seqs, results[name], mode)
+            for variant in args.variant or ["auto"]:
+                bench_compiled(name, args.models / name, ref, gate_seqs, results[name], variant,
+                               args.analysis)
                 (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
     print_table({k: v for k, v in results.items() if k in shapes.SHAPES})
     return 0

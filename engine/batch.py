@@ -28,6 +28,12 @@ class RaggedBatch:
     def num_tokens(self) -> int:
         return self.input_ids.numel()
 
+    def uniform_length(self) -> int:
+        """The length every sequence has, or 0 when lengths differ (O(1): `max_seqlen` is the
+        longest, and no sequence is empty)."""
+        uniform = self.num_tokens == self.num_seqs * self.max_seqlen
+        return self.max_seqlen if uniform else 0
+
     @classmethod
     def from_sequences(cls, sequences: Sequence[Sequence[int]]) -> "RaggedBatch":
         """Pack token-id lists into one ragged batch; every sequence must be non-empty."""

@@ -1,9 +1,9 @@
 """Where torch.compile keeps what it compiled, so that a later start can reuse it.
 
 A server compiles its forward pass at start (30-45 s for BGE-M3 or Qwen3-0.6B on a GPU, most of
-a cold start). Inductor caches the graphs it generated and its autotuning results, and Triton
-the kernels it built, each under a directory named by an environment variable that both read
-when they compile. `use(directory)` points both at `directory`, so that a server restarted on
+a cold start). Inductor caches the graphs it generated and its autotuning results, Triton the
+kernels it built, and FlashAttention 4 its CuTe kernels, each under a directory named by an
+environment variable that each reads when it compiles (FlashAttention 4: when it is imported). `use(directory)` points both at `directory`, so that a server restarted on
 the same volume, or a new replica given the same one, finds its compile there instead of doing
 it again (the cache keys include the model's graph, torch's and Triton's versions and the
 device, so a stale entry is never used, only missed). Knows nothing about models or serving.
@@ -16,6 +16,10 @@ from hedgerow.errors import ConfigError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 TRITON_ENV = "TRITON_CACHE_DIR"
+# FlashAttention 4 (CuTe DSL) compiles each kernel variant on first use (1.5 to 2.6 s) and keeps
+# it on disk only when asked; it reads these when `flash_attn.cute` is imported.
+FA4_CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+FA4_CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
 
 
 def use(directory: Path) -> None:
@@ -31,3 +35,5 @@ def use(directory: Path) -> None:
                           "write (a volume mounted read-only, or owned by another user?)")
     os.environ[INDUCTOR_ENV] = str(directory / "inductor")
     os.environ[TRITON_ENV] = str(directory / "triton")
+    os.environ[FA4_CACHE_ON_ENV] = "1"
+    os.environ[FA4_CACHE_DIR_ENV] = str(directory / "flash-attn-cute")

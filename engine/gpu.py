@@ -11,8 +11,15 @@ slots and one padding slot: the batch's B sequences fill slots 0..B-1, slots B..
 (length 0), and the N - T tail tokens the batch does not fill form the padding slot's own
 sequence, which attention confines to itself and pooling writes to a row nobody reads.
 
+A batch whose sequences all have one length may instead run in a uniform configuration
+(`S` sequences of `L` tokens, nothing padded), when the attention table says a uniform-only
+kernel (cuDNN on a dense block) beats the ragged pick for that cell and the graph memory has
+room; otherwise it takes its grid configuration like any other batch.
+
 With `compile` (the default) the model's forward and pooling go through `torch.compile`
-(Inductor, dynamic shapes) before capture; batches past the grid run uncompiled.
+(Inductor, dynamic shapes) before capture; batches past the grid run uncompiled. The attention
+backend enters the compiled forward as an integer (`attention_cuda.routed`), so one compile
+serves every backend the table picks.
 
 Static input layout, one int32 buffer per configuration (views, no copies):
     input_ids [N] | position_ids [N] | seq_index [N] | cu_seqlens [S+2] | pool_starts [S+2] |
@@ -34,8 +41,10 @@ from torch import nn
 from torch._dynamo.exc import TorchDynamoException
 
 from hedgerow.engine import compile_cache
-from hedgerow.engine.attention_cuda import AttentionChooser, AttentionFn
+from hedgerow.engine.attention_cuda import (BACKEND_NAMES, UNIFORM_ONLY, AttentionChooser,
+                                            AttentionTable, routed)
 from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.cuda_linear import use_gelu_epilogues
 from hedgerow.engine.graphs import CaptureError, GraphCache
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.pooling import pool
@@ -120,7 +129,6 @@ class _Static:
     """A configuration's device buffers: the packed inputs and, once captured, the graph."""
 
     packed: torch.Tensor
-    attention: AttentionFn
     attention_name: str
     max_seqlen: int
     graph: "torch.cuda.CUDAGraph | None" = None
@@ -133,7 +141,7 @@ class CudaStepper:
     def __init__(self, model: nn.Module, *, pooling: str, max_tokens: int, q_heads: int,
                  kv_heads: int, head_dim: int, causal: bool, device: torch.device,
                  vocab_size: int, settings: GpuSettings = GpuSettings(),
-                 chooser: AttentionChooser | None = None) -> None:
+                 table: AttentionTable | None = None) -> None:
         if device.type != "cuda":
             raise ConfigError(f"CudaStepper needs a CUDA device, got {device}")
         self.model = model
@@ -142,8 +150,11 @@ class CudaStepper:
         self.settings = settings
         self.max_tokens = max_tokens
         self.vocab_size = vocab_size
-        self.chooser = chooser or AttentionChooser(q_heads, kv_heads, head_dim, causal,
-                                                   forced=settings.attention_backend)
+        if settings.compile_cache is not None:
+            # Before the attention backends import: FA4 reads its cache location at import.
+            compile_cache.use(settings.compile_cache)
+        self.chooser = AttentionChooser(q_heads, kv_heads, head_dim, causal,
+                                        forced=settings.attention_backend, table=table)
         self.stream = torch.cuda.Stream(device)
         self.pool_handle = torch.cuda.graph_pool_handle()
         grid = settings.grid()
@@ -154,8 +165,6 @@ class CudaStepper:
         self._model_and_pool = self._eager_model_and_pool
         self.compiled = settings.compile
         if settings.compile:
-            if settings.compile_cache is not None:
-                compile_cache.use(settings.compile_cache)
             # Inductor fuses the elementwise chains (norms, RoPE, activations, residual adds)
             # into generated kernels; one dynamic-shape compile serves every bucket, and the
             # first (eager) hit of each configuration absorbs any recompile before capture.
@@ -177,9 +186,23 @@ class CudaStepper:
 
     def _run(self, feed: RaggedBatch) -> torch.Tensor:
         if self.settings.graphs:
+            uniform = self._uniform_config(feed)
+            if uniform is not None:
+                return self.cache.run_config(uniform, feed)
             return self.cache.run(feed.num_seqs, feed.num_tokens, feed)
         self.cache.eager_runs += 1
         return self.run_eager(None, feed)
+
+    def _uniform_config(self, feed: RaggedBatch) -> Config | None:
+        """The uniform configuration for `feed` when its sequences share one length, the table
+        prefers a uniform-only kernel there, and the cache can still replay or capture it."""
+        length = feed.uniform_length()
+        config = self.cache.grid.uniform_for(feed.num_seqs, length) if length else None
+        if config is None or not self.cache.can_take(config):
+            return None
+        if self.chooser.uniform_name_for(feed.num_seqs, length) not in UNIFORM_ONLY:
+            return None
+        return config
 
     def warmup(self) -> None:
         """Compile (when enabled) and capture the hot set; blocks, call before reporting
@@ -268,19 +291,25 @@ class CudaStepper:
 
     def _graph_max_seqlen(self, config: Config) -> int:
         # Any bound >= the longest sequence is correct; real sequences are at most
-        # max_tokens long and the padding slot is shorter than one large bucket step.
+        # max_tokens long and the padding slot is shorter than one large bucket step. A
+        # uniform configuration's sequences are exactly `uniform` long (no padding slot).
+        if config.uniform:
+            return config.uniform
         return min(config.tokens, max(self.max_tokens, self.cache.grid.large_step))
+
+    def _attention_name(self, config: Config) -> str:
+        if config.uniform:
+            return self.chooser.uniform_name_for(config.seq_slots, config.uniform)
+        return self.chooser.name_for(config.seq_slots, max(1, config.tokens // config.seq_slots))
 
     def _load(self, config: Config, feed: RaggedBatch) -> _Static:
         static = self._static.get(config)
         packed = pack_bucket(feed, config, self.pooling)
         if static is None:
-            name = self.chooser.name_for(config.seq_slots,
-                                         max(1, config.tokens // config.seq_slots))
+            name = self._attention_name(config)
             with torch.cuda.stream(self.stream):
                 device_packed = torch.empty(packed.shape, dtype=torch.int32, device=self.device)
-            static = _Static(device_packed, self.chooser.backends[name], name,
-                             self._graph_max_seqlen(config))
+            static = _Static(device_packed, name, self._graph_max_seqlen(config))
             self._static[config] = static
             log.debug("%s", fields(event="graph.static", config=str(config), attention=name))
         with torch.cuda.stream(self.stream):
@@ -289,36 +318,46 @@ class CudaStepper:
 
     def _forward(self, config: Config, static: _Static) -> torch.Tensor:
         ids, pos, seq, cu, starts, lengths = bucket_views(static.packed, config)
-        return self._model_and_pool(ids, pos, cu, static.max_seqlen, static.attention, starts,
-                                    seq, lengths)
+        return self._model_and_pool(ids, pos, cu, static.max_seqlen,
+                                    BACKEND_NAMES.index(static.attention_name), starts, seq,
+                                    lengths)
 
-    def _eager_model_and_pool(self, ids, pos, cu, max_seqlen, attention, pool_starts, seq_index,
+    def _eager_model_and_pool(self, ids, pos, cu, max_seqlen, backend, pool_starts, seq_index,
                               lengths) -> torch.Tensor:
-        """Model forward then pooling: float32 [number of slots, H]."""
-        hidden = self.model(ids, pos, cu, max_seqlen, attention)
+        """Model forward (attention backend number `backend`) then pooling: float32
+        [number of slots, H]."""
+        hidden = self.model(ids, pos, cu, max_seqlen, routed(backend))
         return pool(hidden, pool_starts, seq_index, lengths, self.pooling)
 
     def _run_unpadded(self, feed: RaggedBatch) -> torch.Tensor:
         t, b = feed.num_tokens, feed.num_seqs
         host = pack_unpadded(feed)
-        attention = self.chooser.for_batch(b, feed.max_seqlen)
+        if b > 1 and feed.uniform_length():
+            name = self.chooser.uniform_name_for(b, feed.max_seqlen)
+        else:
+            name = self.chooser.name_for(b, feed.max_seqlen)
         with torch.cuda.stream(self.stream):
             packed = host.to(self.device, non_blocking=True)
             ids, pos, seq = packed[:t], packed[t:2 * t], packed[2 * t:3 * t]
             cu, lens = packed[3 * t:3 * t + b + 1], packed[3 * t + b + 1:]
             # Uncompiled on purpose: past-grid shapes vary freely, and a recompile (tens of
             # seconds) on a live batch would stall every request behind it.
-            return self._eager_model_and_pool(ids, pos, cu, feed.max_seqlen, attention, cu,
-                                              seq, lens)
+            return self._eager_model_and_pool(ids, pos, cu, feed.max_seqlen,
+                                              BACKEND_NAMES.index(name), cu, seq, lens)
 
 
-def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings()) -> CudaStepper:
-    """A CudaStepper for a `loader.LoadedModel` on CUDA (BERT family or Qwen3)."""
+def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
+                table: AttentionTable | None = None) -> CudaStepper:
+    """A CudaStepper for a `loader.LoadedModel` on CUDA (BERT family or Qwen3); `table`
+    replaces the packaged attention table (tests, sweeps)."""
+    if settings.gelu_epilogue:
+        swapped = use_gelu_epilogues(loaded.model)
+        log.info("%s", fields(event="engine.gelu_epilogue", layers=swapped))
     config = loaded.config
     kv_heads = getattr(config, "num_kv_heads", config.num_heads)
     causal = bool(getattr(config, "causal", False))
     return CudaStepper(loaded.model, pooling=loaded.pooling, max_tokens=loaded.max_tokens,
                        q_heads=config.num_heads, kv_heads=kv_heads, head_dim=config.head_dim,
                        causal=causal, device=loaded.device, vocab_size=config.vocab_size,
-                       settings=settings)
+                       settings=settings, table=table)
 

@@ -1,8 +1,9 @@
 """The CUDA-graph cache: what state each configuration's graph is in, and what a step does.
 
 A configuration is `(seq_slots, token_bucket)` on the bucket grid that `hedgerow.graph_grid`
-owns (the arithmetic lives there so the settings and the operator share it). Each configuration
-moves cold -> warm (first hit runs eagerly, warming kernels and workspaces at the static shapes)
+owns (the arithmetic lives there so the settings and the operator share it), or a uniform
+configuration off the grid (`S` sequences of one length) that the engine asks for by name.
+Each configuration moves cold -> warm (first hit runs eagerly, warming kernels and workspaces at the static shapes)
 -> captured (second hit captures, then replays; every later hit replays). A capture that fails
 marks the configuration `failed` (eager from then on, with a message that says what to change);
 a capture that would pass the graph-memory limit marks it `over_budget` (eager). Batches past
@@ -115,6 +116,15 @@ class GraphCache:
     def state(self, config: Config) -> State:
         entry = self._entries.get(config)
         return State.COLD if entry is None else entry.state
+
+    def can_take(self, config: Config) -> bool:
+        """Whether a hit of `config` would replay or could still be captured: not failed, not
+        over budget, and (unless captured) the graph memory has room. Lets the engine fall back
+        to a grid configuration instead of running an off-grid one eagerly."""
+        state = self.state(config)
+        if state is State.CAPTURED:
+            return True
+        return state in (State.COLD, State.WARM) and self._has_budget()
 
     def plan(self, config: Config | None) -> Action:
         """What the next hit of `config` will do, without doing it."""
@@ -235,6 +245,7 @@ class GraphCache:
             rows.append({
                 "seq_slots": config.seq_slots,
                 "tokens": config.tokens,
+                "uniform": config.uniform,
                 "state": entry.state.value,
                 "hits": entry.hits,
                 "replays": entry.replays,
@@ -245,12 +256,14 @@ class GraphCache:
         return rows
 
     def counts_by_state(self) -> dict[str, int]:
+        """Configurations per state; `cold` counts the grid's configurations not yet seen (the
+        uniform ones, off the grid, count once seen)."""
         counts = {state.value: 0 for state in State}
-        for entry in self._entries.values():
+        on_grid_seen = 0
+        for config, entry in self._entries.items():
             counts[entry.state.value] += 1
-        counts[State.COLD.value] = self.grid.size() - sum(
-            n for name, n in counts.items() if name != State.COLD.value
-        )
+            on_grid_seen += not config.uniform and entry.state is not State.COLD
+        counts[State.COLD.value] = self.grid.size() - on_grid_seen
         return counts
 
     def report(self) -> dict[str, Any]:

@@ -12,6 +12,9 @@ from pathlib import Path
 from hedgerow.graph_grid import Config, GraphGrid, parse_hot_set
 from hedgerow.settings import setting
 
+# The ragged CUDA attention backends a user can force (engine/attention_cuda.py), in preference
+# order; the uniform-only cuDNN kernel is chosen by the measured table alone.
+ATTENTION_BACKENDS = ("varlen", "fa4", "flash_attn", "sdpa")
 # Both lists are walked by the CRD's CEL rules, whose cost the API server bounds up front.
 MAX_SEQ_BUCKETS = 64
 MAX_HOT_SET = 64
@@ -43,8 +46,14 @@ class GpuSettings:
         8192, "Most device memory the graphs and their static buffers may hold; past it, "
         "configurations stay eager.", unit="MiB", minimum=0, maximum=1048576)
     attention_backend: str = setting(
-        "auto", "CUDA ragged attention: auto picks per configuration from the measured table.",
-        choices=("auto", "varlen", "flash_attn", "sdpa"))
+        "auto", "CUDA attention: auto picks per configuration from the measured table (cuDNN "
+        "only for batches whose sequences share one length); a name forces that ragged "
+        "kernel everywhere.", choices=("auto",) + ATTENTION_BACKENDS)
+    gelu_epilogue: bool = setting(
+        False, "Run each up projection and its GELU as one cuBLASLt product (a GELU epilogue, "
+        "the tanh approximation: exact for gelu_new / gelu_pytorch_tanh models, an "
+        "approximation for exact-gelu ones such as BERT and XLM-R, so it changes their "
+        "embedding space). Saves one pass over the widest activation per layer.")
     compile: bool = setting(
         True, "Compile the forward pass with torch.compile (Inductor) under the graphs: fused "
         "norms, RoPE, activations and residual adds (measured on an H200: Qwen3-0.6B 1x128 "
@@ -60,7 +69,7 @@ class GpuSettings:
         choices=("default", "max-autotune-no-cudagraphs"))
     compile_cache: Path | None = setting(
         None, "Directory that keeps what --compile compiled (Inductor's graphs and autotuning, "
-        "Triton's kernels) across starts: a server that finds its compile there reuses it "
+        "Triton's kernels) and FlashAttention 4's kernels across starts: a server that finds its compile there reuses it "
         "instead of building it again (the model is still traced at each start). Give every "
         "replica the same volume and a new one reuses it too. Unset: torch's default under "
         "/tmp, which lasts as long as the container's /tmp.")

@@ -5,6 +5,11 @@ to `switch` (1024), then multiples of `large_step` (256) up to `max_tokens`; seq
 bucketed (`seq_buckets`) or exact (`seq_buckets=()`, one graph per count up to `max_seqs`).
 It also owns the spelling of a hot-set shape, `SEQSxTOKENS`. Plain arithmetic with no torch, so
 the engine's graph cache, the server's settings and the operator's CRD all use this one rule.
+
+Beside the grid there are uniform configurations: exactly `S` sequences of one length `L`
+(`tokens = S * L`, nothing padded), for attention kernels that need a dense block of equal
+lengths. The engine makes them only for batches whose sequences all share one length and only
+where such a kernel measured faster; they are off the grid and never in the hot set.
 """
 
 import bisect
@@ -15,13 +20,21 @@ from hedgerow.errors import ConfigError
 
 
 class Config(NamedTuple):
-    """One graph: `seq_slots` real-sequence slots (plus one padding slot) and `tokens` tokens."""
+    """One graph: `seq_slots` real-sequence slots (plus one padding slot) and `tokens` tokens;
+    with `uniform` > 0, exactly `seq_slots` sequences of `uniform` tokens each."""
 
     seq_slots: int
     tokens: int
+    uniform: int = 0
 
     def __str__(self) -> str:
-        return format_shape(self.seq_slots, self.tokens)
+        shape = format_shape(self.seq_slots, self.tokens)
+        return f"{shape}u" if self.uniform else shape
+
+    @classmethod
+    def dense(cls, sequences: int, length: int) -> "Config":
+        """The uniform configuration of `sequences` sequences of `length` tokens."""
+        return cls(sequences, sequences * length, length)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +118,17 @@ class GraphGrid:
             return None
         return Config(slots, tokens)
 
+    def uniform_for(self, num_seqs: int, length: int) -> Config | None:
+        """The uniform configuration of `num_seqs` sequences of `length` tokens, or None when
+        it is past the grid's limits or holds one sequence (a ragged graph serves those)."""
+        if num_seqs < 2 or num_seqs > self.max_seqs or length < 1:
+            return None
+        if num_seqs * length > self.max_tokens:
+            return None
+        return Config.dense(num_seqs, length)
+
     def size(self) -> int:
+        """Configurations on the grid (uniform ones are off it)."""
         return len(self.seq_slot_counts()) * len(self.token_buckets())
 
 

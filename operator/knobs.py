@@ -48,6 +48,7 @@ SERVER = (
     Knob("attentionBackend", GpuSettings, "attention_backend"),
     Knob("compile", GpuSettings, "compile"),
     Knob("compileMode", GpuSettings, "compile_mode"),
+    Knob("geluEpilogue", GpuSettings, "gelu_epilogue"),
     Knob("graphs.enabled", GpuSettings, "graphs"),
     Knob("graphs.maxTokens", GpuSettings, "graph_max_tokens"),
     Knob("graphs.maxSeqs", GpuSettings, "graph_max_seqs"),

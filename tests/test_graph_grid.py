@@ -59,3 +59,17 @@ def test_a_shape_reads_back_as_written():
     assert parse_shape(" 1X128 ") == (1, 128)
     with pytest.raises(ConfigError, match="SEQSxTOKENS"):
         parse_shape("1x")
+
+
+def test_uniform_configurations_sit_beside_the_grid():
+    grid = GraphGrid(max_tokens=2048, max_seqs=8, seq_buckets=(1, 2, 4, 8))
+    config = grid.uniform_for(3, 500)
+    assert config == Config(3, 1500, 500) == Config.dense(3, 500)
+    assert str(config) == "3x1500u" and str(Config(4, 1536)) == "4x1536"
+    assert config != Config(3, 1500)  # the ragged configuration of the same size is another
+    # one sequence, too many sequences or tokens: no uniform configuration
+    assert grid.uniform_for(1, 500) is None
+    assert grid.uniform_for(9, 10) is None
+    assert grid.uniform_for(8, 257) is None
+    assert grid.uniform_for(4, 0) is None
+    assert grid.size() == 4 * len(grid.token_buckets())

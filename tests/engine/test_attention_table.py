@@ -63,6 +63,22 @@ def test_chooser_forced_and_unknown_backends():
         AttentionChooser(16, 8, 128, True, forced="xformers", table=TABLE, backends=fake)
 
 
+def test_the_uniform_only_kernel_is_picked_for_uniform_batches_alone():
+    key = shape_key(16, 16, 64, False)
+    table = AttentionTable({key: [Cell(16, 512, {"varlen": 72.0, "fa4": 63.0, "cudnn": 48.0}),
+                                  Cell(1, 4096, {"varlen": 226.0, "fa4": 143.0,
+                                                 "cudnn": 147.0})]})
+    fake = {"varlen": object(), "fa4": object(), "cudnn": object()}
+    chooser = AttentionChooser(16, 16, 64, False, table=table, backends=fake)
+    assert chooser.uniform_name_for(16, 512) == "cudnn"
+    assert chooser.name_for(16, 512) == "fa4"      # a ragged batch never gets cuDNN
+    assert chooser.uniform_name_for(1, 4096) == chooser.name_for(1, 4096) == "fa4"
+    forced = AttentionChooser(16, 16, 64, False, forced="varlen", table=table, backends=fake)
+    assert forced.uniform_name_for(16, 512) == forced.name_for(16, 512) == "varlen"
+    with pytest.raises(ConfigError, match="unknown"):
+        AttentionChooser(16, 16, 64, False, forced="cudnn", table=table, backends=fake)
+
+
 @pytest.mark.parametrize("heads", [(4, 4, 16), (4, 2, 32)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_fallback_layout_matches_the_reference(heads, causal):

@@ -22,6 +22,8 @@ if not torch.cuda.is_available():
 
 import transformers  # noqa: E402
 
+from hedgerow.engine.attention_cuda import (BACKEND_NAMES, AttentionTable,  # noqa: E402
+                                            Cell, available_backends, shape_key)
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.graphs import State  # noqa: E402
@@ -161,17 +163,15 @@ def test_warmup_captures_the_hot_set_and_lazy_tensor_protocol(model_dir):
     engine.warmup()
     report = engine.warmup_report()
     assert report["loaded"] and report["hot_set_captured"] == 3 and report["coverage"] == 1.0
-    assert set(report["attention"].values()) <= {"varlen", "flash_attn", "sdpa"}
+    assert set(report["attention"].values()) <= set(BACKEND_NAMES)
     lazy = engine.step(RaggedBatch.from_sequences(_sequences([50], seed=6)))
     value = lazy.synchronize()
     assert lazy.ready() and value.is_pinned() and value.shape == (1, 128)
     assert engine.warmup_report()["replays"] == 1
 
 
-@pytest.mark.parametrize("backend", ["varlen", "sdpa"])
+@pytest.mark.parametrize("backend", ["varlen", "fa4", "sdpa"])
 def test_each_backend_through_the_engine(model_dir, backend):
-    from hedgerow.engine.attention_cuda import available_backends
-
     if backend not in available_backends():
         pytest.skip(f"{backend} is not available here")
     engine = _engine(model_dir, attention_backend=backend)
@@ -207,3 +207,60 @@ def test_padding_aware_positions_on_the_device_match_the_host():
     device = padding_aware_positions(ids.cuda(), token_layout(cu).position_ids.int().cuda(), 1)
     assert host.tolist() == [1, 2, 1, 3, 1, 1, 2, 3, 1, 2, 3]
     assert device.cpu().tolist() == host.tolist()
+
+
+def _stepper_preferring_cudnn(model_dir, **settings):
+    """A CUDA stepper whose attention table says cuDNN wins every uniform cell."""
+    from hedgerow.engine.gpu import stepper_for
+    from hedgerow.engine.loader import load_model
+
+    loaded = load_model(model_dir, device="cuda", dtype="bfloat16")
+    config = loaded.config
+    key = shape_key(config.num_heads, getattr(config, "num_kv_heads", config.num_heads),
+                    config.head_dim, bool(getattr(config, "causal", False)))
+    table = AttentionTable({key: [Cell(4, 64, {"varlen": 20.0, "cudnn": 10.0})]})
+    defaults = dict(graph_hot_set=(), graph_max_tokens=1024, graph_max_seqs=8,
+                    graph_seq_buckets=(1, 2, 4, 8), compile=False)
+    defaults.update(settings)
+    return stepper_for(loaded, GpuSettings(**defaults), table=table)
+
+
+def test_a_uniform_batch_runs_dense_and_equals_the_ragged_path(model_dir):
+    if "cudnn" not in available_backends():
+        pytest.skip("cudnn is not available here")
+    stepper = _stepper_preferring_cudnn(model_dir)
+    plain = _engine(model_dir, graphs=False)
+    uniform = _sequences([96] * 3, seed=8)
+    expected = _embed(plain, uniform)
+    for _ in range(3):  # eager, capture + replay, replay
+        got = stepper.step(RaggedBatch.from_sequences(uniform)).synchronize()
+        assert_same_embeddings(got, expected)
+    assert stepper.cache.state(Config.dense(3, 96)) is State.CAPTURED
+    assert stepper.report()["attention"]["3x288u"] == "cudnn"
+    # a batch of mixed lengths, or a single sequence, keeps its grid configuration
+    mixed = _sequences([96, 95, 96], seed=9)
+    got = stepper.step(RaggedBatch.from_sequences(mixed)).synchronize()
+    assert_same_embeddings(got, _embed(plain, mixed))
+    assert stepper.cache.state(Config(4, 320)) is State.WARM
+
+
+def test_a_uniform_batch_falls_back_to_the_grid_without_graph_memory(model_dir):
+    if "cudnn" not in available_backends():
+        pytest.skip("cudnn is not available here")
+    stepper = _stepper_preferring_cudnn(model_dir, graph_memory_limit_mib=0)
+    uniform = _sequences([40] * 4, seed=10)
+    got = stepper.step(RaggedBatch.from_sequences(uniform)).synchronize()
+    assert_same_embeddings(got, _embed(_engine(model_dir, graphs=False), uniform))
+    assert stepper.cache.state(Config.dense(4, 40)) is State.COLD
+    assert stepper.cache.state(Config(4, 192)) is State.WARM
+
+
+def test_the_gelu_epilogue_keeps_the_embeddings(model_dir):
+    if "xlmr" not in model_dir.name:
+        pytest.skip("only the BERT family has a GELU")
+    engine = _engine(model_dir, gelu_epilogue=True)
+    plain = _engine(model_dir, graphs=False)
+    sequences = _sequences([37, 5, 80], seed=11)
+    expected = _embed(plain, sequences)
+    for _ in range(3):
+        assert_same_embeddings(_embed(engine, sequences), expected)

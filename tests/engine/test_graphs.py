@@ -183,6 +183,26 @@ def test_replay_share_counts_steps():
     assert (row["seq_slots"], row["tokens"], row["hits"], row["replays"]) == (1, 64, 4, 3)
 
 
+def test_uniform_configurations_run_the_same_state_machine_off_the_grid():
+    backend = FakeBackend(capture_bytes=600)
+    cache = GraphCache(GraphGrid(), backend, memory_limit_bytes=1000)
+    uniform = Config.dense(4, 100)
+    assert cache.can_take(uniform)
+    assert cache.run_config(uniform, "a")[0] == "eager"
+    assert cache.run_config(uniform, "b")[0] == "replay"
+    assert cache.state(uniform) is State.CAPTURED and cache.can_take(uniform)
+    counts = cache.counts_by_state()
+    # the grid's configurations are all still cold; the uniform one counts as captured
+    assert counts["cold"] == GraphGrid().size() and counts["captured"] == 1
+    assert cache.table()[0]["uniform"] == 100
+    # a second capture passes the limit: the next new configuration could not be captured,
+    # so the engine would not take it (it falls back to the grid)
+    cache.run(1, 64, None)
+    cache.run(1, 64, None)
+    assert not cache.can_take(Config.dense(2, 50)) and cache.can_take(uniform)
+    assert cache.counts_by_state()["cold"] == GraphGrid().size() - 1
+
+
 # -- bucket padding, on the CPU model ---------------------------------------------------------
 
 def _tiny_models():
@@ -206,6 +226,7 @@ def _tiny_models():
     ([7, 9], Config(2, 16)),         # no padding at all
     ([3, 13], Config(8, 16)),        # empty slots, no tail padding (padding slot is empty)
     ([30], Config(1, 64)),           # one sequence, long tail
+    ([6, 6, 6], Config.dense(3, 6)), # uniform: exactly three sequences of six, nothing padded
 ])
 def test_bucket_padding_changes_no_real_output(arch, pooling, lengths, config):
     from hedgerow.engine.attention import CpuRaggedAttention
