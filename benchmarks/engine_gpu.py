@@ -594,6 +594,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", type=Path, default=Path("/tmp/hedgerow-bench-models"))
     parser.add_argument("--attention-sweep", action="store_true")
     parser.add_argument("--only", choices=shapes.SHAPES, action="append")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="with --attention-sweep: stop after the sweep")
     parser.add_argument("--quick", action="store_true", help="fewer attention cells")
     parser.add_argument("--analysis", action="store_true",
                         help="also: sequence-bucket cost and kernel profiles")
@@ -621,6 +623,8 @@ def main(argv=None) -> int:
         table.save(args.out / "attention_table.json")
         table.save(attention_cuda.TABLE_PATH)  # the installed package's table
         results["attention_table"] = str(args.out / "attention_table.json")
+        if args.sweep_only:
+            return 0
     for name in args.only or shapes.SHAPES:
         directory = args.models / name
         if not (directory / "config.json").is_file():
