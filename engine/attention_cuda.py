@@ -344,6 +344,7 @@ class AttentionChooser:
         self.key = shape_key(q_heads, kv_heads, head_dim, causal)
         self.table = AttentionTable.load() if table is None else table
         self._ragged = [name for name in self.backends if name not in UNIFORM_ONLY]
+        self._uniform_picks: dict[tuple[int, int], str] = {}
 
     def name_for(self, batch: int, length: int) -> str:
         """The backend for a ragged configuration of `batch` slots, `length` tokens each on
@@ -353,10 +354,15 @@ class AttentionChooser:
         return self.table.pick(self.key, batch, length, self._ragged)
 
     def uniform_name_for(self, batch: int, length: int) -> str:
-        """The backend for `batch` sequences all `length` long: uniform-only ones compete."""
+        """The backend for `batch` sequences all `length` long: uniform-only ones compete.
+        Asked on every step of a uniform batch, so each answer is kept."""
         if self.forced != "auto":
             return self.forced
-        return self.table.pick(self.key, batch, length, list(self.backends))
+        name = self._uniform_picks.get((batch, length))
+        if name is None:
+            name = self.table.pick(self.key, batch, length, list(self.backends))
+            self._uniform_picks[(batch, length)] = name
+        return name
 
     def for_batch(self, batch: int, length: int) -> AttentionFn:
         return self.backends[self.name_for(batch, length)]
