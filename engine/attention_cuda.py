@@ -65,8 +65,11 @@ from hedgerow.logs import fields
 
 log = logging.getLogger(__name__)
 
-# Backends that serve only uniform batches (every sequence `max_seqlen` long).
+# Backends that serve only uniform batches (every sequence `max_seqlen` long), and the shortest
+# length they are given: cuDNN refuses key/value length 1 ("No available kernel"), and the
+# table measures no cell below 64 tokens, where the ragged kernels tie with it anyway.
 UNIFORM_ONLY = ("cudnn",)
+UNIFORM_MIN_LENGTH = 64
 # Every backend's name, in preference order (the first available one serves a shape the table
 # never measured); a backend's index here is what the custom op is given.
 BACKEND_NAMES = ATTENTION_BACKENDS + UNIFORM_ONLY
@@ -360,7 +363,8 @@ class AttentionChooser:
             return self.forced
         name = self._uniform_picks.get((batch, length))
         if name is None:
-            name = self.table.pick(self.key, batch, length, list(self.backends))
+            allowed = list(self.backends) if length >= UNIFORM_MIN_LENGTH else self._ragged
+            name = self.table.pick(self.key, batch, length, allowed)
             self._uniform_picks[(batch, length)] = name
         return name
 

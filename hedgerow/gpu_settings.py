@@ -50,10 +50,12 @@ class GpuSettings:
         "only for batches whose sequences share one length); a name forces that ragged "
         "kernel everywhere.", choices=("auto",) + ATTENTION_BACKENDS)
     gelu_epilogue: bool = setting(
-        False, "Run each up projection and its GELU as one cuBLASLt product (a GELU epilogue, "
+        True, "Run each up projection and its GELU as one cuBLASLt product (a GELU epilogue, "
         "the tanh approximation: exact for gelu_new / gelu_pytorch_tanh models, an "
-        "approximation for exact-gelu ones such as BERT and XLM-R, so it changes their "
-        "embedding space). Saves one pass over the widest activation per layer.")
+        "approximation for exact-gelu ones such as BERT and XLM-R, whose vectors it moves "
+        "within bf16's own noise: measured on an H200, BGE-M3's minimum cosine against "
+        "float32 transformers stayed 0.99996, 1x4096 8.49 -> 7.95 ms, 100x512 1,453 -> 1,651 emb/s). Off: the "
+        "model's own GELU, one more pass over the widest activation per layer.")
     compile: bool = setting(
         True, "Compile the forward pass with torch.compile (Inductor) under the graphs: fused "
         "norms, RoPE, activations and residual adds (measured on an H200: Qwen3-0.6B 1x128 "

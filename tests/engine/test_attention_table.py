@@ -73,6 +73,8 @@ def test_the_uniform_only_kernel_is_picked_for_uniform_batches_alone():
     assert chooser.uniform_name_for(16, 512) == "cudnn"
     assert chooser.name_for(16, 512) == "fa4"      # a ragged batch never gets cuDNN
     assert chooser.uniform_name_for(1, 4096) == chooser.name_for(1, 4096) == "fa4"
+    # below the shortest length cuDNN is given (it refuses length 1), the ragged pick
+    assert chooser.uniform_name_for(16, 63) == "fa4"
     forced = AttentionChooser(16, 16, 64, False, forced="varlen", table=table, backends=fake)
     assert forced.uniform_name_for(16, 512) == forced.name_for(16, 512) == "varlen"
     with pytest.raises(ConfigError, match="unknown"):
