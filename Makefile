@@ -11,12 +11,13 @@ TORCH_CPU := torch==2.13.0
 CONSTRAINTS := constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup proto generate clean images images-test images-push images-tools
+.PHONY: run test setup proto generate clean images images-test images-push images-tools \
+	prometheus-tools
 
 run: setup
 	$(BIN)/hedgerow serve
 
-test: setup
+test: setup prometheus-tools
 	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
 
 setup: $(STAMP)
@@ -83,6 +84,24 @@ images-tools:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(IMAGE_TOOLS); \
 	else \
 		echo "images-test needs podman (or docker with a daemon) and debootstrap" >&2; exit 1; \
+	fi
+
+# Debian's Prometheus (with promtool) for the autoscaling tests (tests/autoscaling/): a real
+# Prometheus scrapes a real stack and answers the adapter's query; promtool tests the chart's
+# rules. Installed with apt-get where missing, as images-tools installs buildah; where it cannot
+# be installed the target says why and those tests skip with the same reason. No service is
+# started: the tests run their own Prometheus on free ports.
+PROMETHEUS_TOOLS := prometheus
+
+prometheus-tools:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "==> installing $(PROMETHEUS_TOOLS) with apt-get (for tests/autoscaling)"; \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(PROMETHEUS_TOOLS); } >/dev/null || \
+		echo "==> apt-get could not install $(PROMETHEUS_TOOLS): tests/autoscaling will skip"; \
+	else \
+		echo "==> no prometheus, and no root apt-get to install it: tests/autoscaling will skip"; \
 	fi
 
 clean:

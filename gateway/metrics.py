@@ -1,6 +1,6 @@
 """The gateway's Prometheus metrics, in a registry owned by one app (no global state).
 
-Owns the metric names and labels: tokens embedded, request latency by route and status,
+Owns the metric names and labels: tokens offered and embedded, request latency by route and status,
 tokenization time, in-flight tokens and chunks per replica, ready replicas, and retries. With
 several worker processes (`--workers`), each worker writes its samples to files in a shared
 directory (prometheus-client's multiprocess mode, switched on by PROMETHEUS_MULTIPROC_DIR in
@@ -37,6 +37,13 @@ class GatewayMetrics:
             registry=r)
         self.inputs = Counter(
             "hedgerow_inputs", "Inputs (sequences) embedded.", registry=r)
+        # The `offered` autoscaling signal (operator/token_signals.py): counted at admission,
+        # so a surge shows in full even while the servers are saturated and 429 is answered.
+        self.offered_tokens = Counter(
+            "hedgerow_offered_tokens",
+            "Tokens of every embedding and rerank request that reached admission, admitted or "
+            "refused (the autoscaling signal that does not saturate at the fleet's capacity).",
+            registry=r)
         self.request_seconds = Histogram(
             "hedgerow_request_seconds",
             "HTTP request latency, by route and status (499: the client went away).",

@@ -150,6 +150,7 @@ class Router:
         servers could not finish before its deadline or start within --max-queue-seconds, by
         this gateway's estimate (gateway/admission.py); admitted requests are never refused
         later."""
+        self._metrics.offered_tokens.inc(tokens)
         ready = self._replicas.ready()
         queued = sum(r.in_flight_tokens for r in ready) + self._waiting_tokens
         retry = admission.refusal(

@@ -6,15 +6,18 @@ Why the HPA reads an Object metric and not a per-pod average. A new server repli
 almost no tokens while it loads weights and captures its hot CUDA graphs. With a Pods metric
 (tokens/s averaged over pods) each warming replica pulls the average down, so the HPA sees
 "less load per pod" exactly when it just scaled up and may scale back down before the new
-replicas serve anything: the fleet oscillates. Instead the HPA reads one number attached to the
-server headless Service, the *total* token rate of all servers (`sum(rate(
-hedgerow_tokens_total[1m]))`, exposed by the chart's prometheus-adapter rule), with an
-`AverageValue` target of `targetTokensPerSecond`. For an Object metric with an AverageValue
-target the HPA computes desired = ceil(total / target): the replica count cancels out, so
-warming replicas neither add nor subtract anything. Only the work actually done decides.
+replicas serve anything: the fleet oscillates. Instead the HPA reads one number attached to a
+Service, the *total* token rate of its pods (operator/token_signals.py: the gateways' offered
+tokens on the gateway Service by default, or the servers' served tokens on the server headless
+Service), exposed by the chart's prometheus-adapter rules, with an `AverageValue` target of
+`targetTokensPerSecond`. For an Object metric with an AverageValue target the HPA computes
+desired = ceil(total / target): the replica count cancels out, so warming replicas neither add
+nor subtract anything. Only the load decides.
 """
 
-from hedgerow.operator import names
+from typing import Any, Mapping
+
+from hedgerow.operator import names, token_signals
 from hedgerow.operator.spec import Service
 
 SCALE_PERIOD_SECONDS = 60
@@ -37,8 +40,9 @@ def build_pdb(service: Service, component: names.Component) -> dict:
 
 
 def build_hpa(service: Service) -> dict:
-    """autoscaling/v2 HPA scaling the server Deployment on total token throughput."""
+    """autoscaling/v2 HPA scaling the server Deployment on a total token rate (engine hpa)."""
     scaling = service.spec["autoscaling"]
+    signal = token_signals.SIGNALS[scaling["signal"]]
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -52,25 +56,33 @@ def build_hpa(service: Service) -> dict:
                 "type": "Object",
                 "object": {
                     "describedObject": {"apiVersion": "v1", "kind": "Service",
-                                        "name": names.server_name(service)},
-                    "metric": {"name": scaling["metricName"]},
+                                        "name": signal.service_name(service.name)},
+                    "metric": {"name": scaling.get("metricName", signal.metric)},
                     "target": {"type": "AverageValue",
                                "averageValue": str(scaling["targetTokensPerSecond"])},
                 },
             }],
-            "behavior": {
-                "scaleUp": {
-                    "stabilizationWindowSeconds": scaling["scaleUpStabilizationSeconds"],
-                    "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": scaling["scaleUpPodsPerMinute"],
-                                  "periodSeconds": SCALE_PERIOD_SECONDS}],
-                },
-                "scaleDown": {
-                    "stabilizationWindowSeconds": scaling["scaleDownStabilizationSeconds"],
-                    "selectPolicy": "Min",
-                    "policies": [{"type": "Pods", "value": scaling["scaleDownPodsPerMinute"],
-                                  "periodSeconds": SCALE_PERIOD_SECONDS}],
-                },
-            },
+            "behavior": behavior(scaling),
+        },
+    }
+
+
+def behavior(scaling: Mapping[str, Any]) -> dict:
+    """The HPA's `behavior` for spec.autoscaling `scaling` (KEDA's ScaledObject passes the
+    same to the HPA it creates)."""
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": scaling["scaleUpStabilizationSeconds"],
+            "selectPolicy": "Max",
+            "policies": [{"type": "Pods", "value": scaling["scaleUpPodsPerMinute"],
+                          "periodSeconds": SCALE_PERIOD_SECONDS},
+                         {"type": "Percent", "value": scaling["scaleUpPercentPerMinute"],
+                          "periodSeconds": SCALE_PERIOD_SECONDS}],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": scaling["scaleDownStabilizationSeconds"],
+            "selectPolicy": "Min",
+            "policies": [{"type": "Pods", "value": scaling["scaleDownPodsPerMinute"],
+                          "periodSeconds": SCALE_PERIOD_SECONDS}],
         },
     }

@@ -17,6 +17,7 @@ import yaml
 from hedgerow import golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import knobs
+from hedgerow.operator.crd_autoscaling import AUTOSCALING
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -289,33 +290,7 @@ def _gateway() -> dict:
     )
 
 
-AUTOSCALING = obj(
-    {
-        "enabled": boolean("Scale servers with an HPA on token throughput; `server.replicas` "
-                           "is then ignored.", default=False),
-        "minReplicas": integer("Fewest server replicas.", default=1, minimum=1, maximum=1000),
-        "maxReplicas": integer("Most server replicas.", default=4, minimum=1, maximum=1000),
-        "targetTokensPerSecond": integer("Tokens per second one server replica should carry; "
-                                         "replicas = total token rate / this.", default=100000,
-                                         minimum=1, maximum=1000000000),
-        "metricName": string("Object metric on the server Service with the total token rate "
-                             "(see the chart's prometheus-adapter rule).",
-                             default="hedgerow_tokens_per_second", min_length=1,
-                             max_length=253),
-        "scaleUpStabilizationSeconds": integer("HPA scale-up stabilization window.",
-                                               default=0, minimum=0, maximum=3600),
-        "scaleDownStabilizationSeconds": integer("HPA scale-down stabilization window.",
-                                                 default=300, minimum=0, maximum=3600),
-        "scaleUpPodsPerMinute": integer("Most server pods added per minute.", default=4,
-                                        minimum=1, maximum=1000),
-        "scaleDownPodsPerMinute": integer("Most server pods removed per minute.", default=1,
-                                          minimum=1, maximum=1000),
-    },
-    "Token-throughput autoscaling of the servers.",
-    default={},
-    rules=(rule("self.minReplicas <= self.maxReplicas",
-                "autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),),
-)
+# spec.autoscaling has a module of its own (operator/crd_autoscaling.py).
 
 WARMUP = obj(
     {

@@ -27,7 +27,7 @@ import kopf
 from hedgerow import golden_set
 from hedgerow.operator import names, status, warmup
 from hedgerow.operator.kube import ApiError, KubeClient
-from hedgerow.operator.manifests import build_all, unwanted
+from hedgerow.operator.manifests import build_all, keda_leftover, unwanted
 from hedgerow.operator.spec import Service, parse
 
 MODEL_VOLUME_MISSING = "ModelVolumeNotFound"
@@ -178,6 +178,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     generation = (body.get("metadata") or {}).get("generation")
     service = parse(body)
     try:
+        await _leave_keda(ctx, service, logger)
         golden_digest = await _preflight(ctx, service)
         manifests = build_all(service, golden_digest)
         live = await _check_children(ctx, service, manifests)
@@ -203,6 +204,17 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
     return "applied"
+
+
+async def _leave_keda(ctx: Context, service: Service, logger: logging.Logger) -> None:
+    """Delete the ScaledObject left from engine keda (manifests.keda_leftover) before the
+    checks: until its HPA is gone the checks see `<name>-server` owned by KEDA and wait."""
+    hpa = await ctx.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", service.namespace,
+                             names.server_name(service))
+    leftover = keda_leftover(service, hpa)
+    if leftover is not None and await ctx.kube.delete(
+            leftover.api_version, leftover.kind, service.namespace, leftover.name):
+        logger.info("deleted %s %s (engine keda is off)", leftover.kind, leftover.name)
 
 
 async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,

@@ -1,7 +1,8 @@
 """The full set of children of one EmbeddingService, in the order they are applied.
 
 Owns which children exist for a spec (`build_all`) and which must not (`unwanted`: the HPA when
-autoscaling is off). Pure; the handlers apply what this returns.
+autoscaling is off; `keda_leftover`: a ScaledObject once engine keda is off). Pure; the
+handlers apply what this returns.
 """
 
 from typing import NamedTuple
@@ -10,6 +11,7 @@ from hedgerow.operator import names
 from hedgerow.operator.build_gateway import (
     build_gateway_config, build_gateway_deployment, build_gateway_service,
 )
+from hedgerow.operator import build_keda
 from hedgerow.operator.build_scaling import build_hpa, build_pdb
 from hedgerow.operator.build_server import (
     build_server_config, build_server_deployment, build_server_service,
@@ -37,7 +39,9 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
         build_pdb(service, "server"),
         build_pdb(service, "gateway"),
     ]
-    if service.autoscaled:
+    if service.autoscaled and service.keda:
+        children.append(build_keda.build_scaled_object(service))
+    elif service.autoscaled:
         children.append(build_hpa(service))
     return children
 
@@ -45,5 +49,21 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
 def unwanted(service: Service) -> list[ChildRef]:
     """Children a previous spec may have created that this spec does not want."""
     if service.autoscaled:
-        return []
+        return []  # under keda, KEDA takes the HPA of the same name over (build_keda.py)
     return [ChildRef("autoscaling/v2", "HorizontalPodAutoscaler", names.server_name(service))]
+
+
+def keda_leftover(service: Service, hpa: dict | None) -> ChildRef | None:
+    """The ScaledObject to delete before this spec's children are checked: the one whose HPA
+    (`hpa`, the live `<name>-server` HPA or None) KEDA still runs when the spec no longer asks
+    for engine keda. Deleting it takes KEDA's HPA with it (garbage collection), and the HPA
+    the spec wants can then be applied. Asked this way, a cluster without KEDA is never sent
+    a request for a kind it does not serve."""
+    if service.autoscaled and service.keda or hpa is None:
+        return None
+    name = names.server_name(service)
+    owners = (hpa.get("metadata") or {}).get("ownerReferences") or []
+    if any(owner.get("kind") == build_keda.KIND and owner.get("name") == name
+           for owner in owners):
+        return ChildRef(build_keda.API_VERSION, build_keda.KIND, name)
+    return None

@@ -31,6 +31,11 @@ class Service:
         return bool(self.spec["autoscaling"]["enabled"])
 
     @property
+    def keda(self) -> bool:
+        """Autoscaling is KEDA's (a ScaledObject) rather than an HPA the operator writes."""
+        return self.spec["autoscaling"]["engine"] == "keda"
+
+    @property
     def model_label(self) -> str:
         model = self.spec["model"]
         return model.get("huggingFaceId") or model["path"]

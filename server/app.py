@@ -241,6 +241,7 @@ async def _set_serving(state: ServerState, health: HealthServicer) -> None:
     for name in HEALTH_SERVICES:
         await health.set(name, _SERVING)
     state.serving = True
+    state.metrics.serving.set(1)
     info = state.engine.info
     log.info("%s", fields(event="server.serving", model=info.name, dimensions=info.dimensions,
                           device=info.device, dtype=info.dtype, space=state.space.fingerprint))
@@ -250,6 +251,7 @@ async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio
     settings = state.settings
     began = time.monotonic()
     state.serving = False
+    state.metrics.serving.set(0)
     await health.enter_graceful_shutdown()
     loop = state.loop
     inflight = loop.inflight_tokens if loop else 0

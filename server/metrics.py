@@ -38,6 +38,10 @@ class ServerMetrics:
             "hedgerow_tokens", "Tokens run through the engine (the autoscaling signal).",
             registry=r,
         )
+        self.serving = Gauge(
+            "hedgerow_serving", "1 while health says SERVING (loaded, hot set captured, not "
+            "draining), else 0: warming replicas read 0.", registry=r,
+        )
         self.requests = Counter(
             "hedgerow_requests", "Embed and Score requests by final status.", ["status"],
             registry=r,

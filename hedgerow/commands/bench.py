@@ -28,6 +28,7 @@ BENCHMARKS = {
     "serving-gpu": ("serving_gpu", "the seed's four charts through server and gateway (CUDA)"),
     "topk": ("topk", "Triton top-k against torch.topk (CUDA)"),
     "models": ("models", "write random-weight BGE-M3 / Qwen3-0.6B model directories"),
+    "autoscale": ("autoscale", "the HPA's algorithm over four traffic traces, both signals"),
 }
 
 

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from hedgerow.operator import crd
+from hedgerow.operator import crd, token_signals
 from tests.operator.api_server import admit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,8 +22,9 @@ CHART = ROOT / "charts" / "hedgerow"
 HELM = Path(sys.executable).parent / "helm"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 K8S_VERSION = "1.33.0"
-# Kinds whose schema is not available offline (prometheus-operator's CRD): checked by hand.
-NO_OFFLINE_SCHEMA = {"ServiceMonitor"}
+# Kinds whose schema is not available offline (prometheus-operator's CRDs): checked by hand
+# (the PrometheusRule's groups by promtool and a real Prometheus, tests/autoscaling/).
+NO_OFFLINE_SCHEMA = {"ServiceMonitor", "PrometheusRule"}
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm not installed: run make setup")
 
@@ -68,6 +69,10 @@ def test_rendered_manifests_validate(values):
     for doc in docs:
         if doc["kind"] == crd.KIND:
             admit(doc)  # the schema, unknown fields refused, and every CEL rule
+        elif doc["kind"] == "PrometheusRule":
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert [group["name"] for group in doc["spec"]["groups"]] == [
+                "hedgerow.recording", "hedgerow.alerts"]
         elif doc["kind"] in NO_OFFLINE_SCHEMA:
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
             component = doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
@@ -159,14 +164,24 @@ def test_the_operator_is_probed_for_readiness_on_its_health_port():
     assert env["HEDGEROW_LOG_FORMAT"] == "text"
 
 
-def test_adapter_rule_exposes_the_metric_the_hpa_reads():
-    docs = render(CHART / "ci" / "autoscaling-values.yaml")
+def test_adapter_rules_are_the_operators_signals():
+    # With the default window, each rule is exactly what operator/token_signals.py (and so
+    # the KEDA trigger) reads; tests/autoscaling/ runs them against a real Prometheus.
+    docs = render()
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    docs = render(extra=("--set", "prometheusAdapter.rules.enabled=true"))
     config = next(d for d in docs if d["kind"] == "ConfigMap")
-    rule = yaml.safe_load(config["data"]["config.yaml"])["rules"][0]
-    assert rule["name"]["as"] == crd.AUTOSCALING["properties"]["metricName"]["default"]
-    assert rule["resources"]["overrides"]["service"] == {"resource": "service"}
-    assert "hedgerow_tokens_total" in rule["seriesQuery"]
-    assert rule["metricsQuery"].startswith("sum(rate(")
+    rules = yaml.safe_load(config["data"]["config.yaml"])["rules"]
+    assert [(rule["seriesQuery"], rule["name"], rule["metricsQuery"]) for rule in rules] == [
+        (signal.series_query, {"matches": f"^{signal.counter}$", "as": signal.metric},
+         token_signals.METRICS_QUERY)
+        for signal in (token_signals.OFFERED, token_signals.SERVED)]
+    for rule in rules:
+        assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"},
+                                                  "service": {"resource": "service"}}
+    windowed = render(CHART / "ci" / "autoscaling-values.yaml")
+    config = next(d for d in windowed if d["kind"] == "ConfigMap")
+    assert "[2m]" in yaml.safe_load(config["data"]["config.yaml"])["rules"][0]["metricsQuery"]
 
 
 def test_values_schema_rejects_unknown_and_bad_values():

@@ -125,13 +125,33 @@ def test_autoscaled_server_leaves_replicas_to_the_hpa():
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 6)
     metric = hpa["metrics"][0]
     # The total token rate on the Service, averaged by the HPA over the *desired* count:
-    # warming replicas that report no tokens cannot pull the decision down.
+    # warming replicas that report no tokens cannot pull the decision down. The default
+    # signal is the gateways' offered tokens, on the gateway Service clients call.
     assert metric["type"] == "Object"
     assert metric["object"]["describedObject"] == {"apiVersion": "v1", "kind": "Service",
-                                                   "name": "emb-server"}
-    assert metric["object"]["metric"]["name"] == "hedgerow_tokens_per_second"
+                                                   "name": "emb"}
+    assert metric["object"]["metric"]["name"] == "hedgerow_offered_tokens_per_second"
     assert metric["object"]["target"] == {"type": "AverageValue", "averageValue": "250000"}
+    assert hpa["behavior"]["scaleUp"]["policies"] == [
+        {"type": "Pods", "value": 4, "periodSeconds": 60},
+        {"type": "Percent", "value": 400, "periodSeconds": 60}]
+    assert hpa["behavior"]["scaleUp"]["selectPolicy"] == "Max"
     assert unwanted(_service("autoscaled")) == []
+
+
+@pytest.mark.parametrize("extra, service_name, metric_name", [
+    ({"signal": "served"}, "emb-server", "hedgerow_tokens_per_second"),
+    ({"signal": "served", "metricName": "tokens_rate"}, "emb-server", "tokens_rate"),
+    ({"metricName": "offered_rate"}, "emb", "offered_rate"),
+])
+def test_the_hpa_reads_the_signals_metric_on_its_service(extra, service_name, metric_name):
+    body = copy.deepcopy(BASE)
+    SPECS["autoscaled"](body["spec"])
+    body["spec"]["autoscaling"].update(extra)
+    hpa = _by_kind(build_all(parse(body)))[("HorizontalPodAutoscaler", "emb-server")]
+    metric = hpa["spec"]["metrics"][0]["object"]
+    assert metric["describedObject"]["name"] == service_name
+    assert metric["metric"]["name"] == metric_name
 
 
 def test_cpu_spec_without_gate_or_volume():

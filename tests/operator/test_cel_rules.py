@@ -78,6 +78,13 @@ MUTATIONS = [
     lambda b: b["spec"]["server"].update(compileCache={}),
     lambda b: b["spec"]["server"].update(compileCache={
         "persistentVolumeClaim": {"claimName": "c", "subPath": "../x"}}),
+    # spec.autoscaling's engine rules (operator/crd_autoscaling.py)
+    lambda b: b["spec"].update(autoscaling={"engine": "keda"}),
+    lambda b: b["spec"].update(autoscaling={"engine": "keda",
+                                            "prometheusAddress": "http://prom:9090"}),
+    lambda b: b["spec"].update(autoscaling={"prometheusAddress": "http://prom:9090"}),
+    lambda b: b["spec"].update(autoscaling={"engine": "keda", "metricName": "m",
+                                            "prometheusAddress": "http://prom:9090"}),
 ]
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -53,6 +53,7 @@ makes against these rules, and that every rule is used):
   (patch), create where apply-create is unavailable, delete for an HPA that autoscaling no
   longer wants (delete on the other kinds and update on embeddingservices/finalizers: see the
   rules below);
+- KEDA ScaledObjects (spec.autoscaling.engine keda): as a child, and delete when keda is off;
 - pods: list server pods, patch pods/status for the readiness gate;
 - PVCs: get, to report a missing model volume; events: create.
 */}}
@@ -81,6 +82,10 @@ makes against these rules, and that every rule is used):
   verbs: [get, create, patch, delete]
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
+  verbs: [get, create, patch, delete]
+# spec.autoscaling.engine keda: the ScaledObject applied, and deleted once keda is off.
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
   verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
