@@ -32,7 +32,8 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", 
 # Hugging Face repository ids (`org/name`, or a bare legacy `name`) and git revisions, as the
 # Hub spells them; `--` and `..` are refused in code (the Hub refuses them; Kubernetes' regular
 # expressions have no look-ahead to say so here).
-REPO_ID = r"([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?/)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?"
+_NAME = r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?"
+REPO_ID = rf"({_NAME}/)?{_NAME}"
 REVISION = r"[A-Za-z0-9_]([A-Za-z0-9_./-]*[A-Za-z0-9_])?"
 COMMIT = r"[0-9a-f]{40}"
 

@@ -14,54 +14,12 @@ from pathlib import Path
 import pytest
 
 from hedgerow import model_source
-from hedgerow.fetch_settings import DEFAULT_ALLOW_PATTERNS
-from tests.conftest import child_env, hedgerow_command
-from tests.fetch.hub import Hub, Repo
+from tests.fetch.conftest import (
+    COMMIT, NEWER, REPO, SERVED, TOKEN, fetch, fetch_args, fetch_env,
+)
+from tests.fetch.hub import Repo
 
 pytestmark = pytest.mark.slow
-
-REPO = "sentence-transformers/all-MiniLM-L6-v2"
-COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
-NEWER = "0123456789abcdef0123456789abcdef01234567"
-TOKEN = "hf_testtokenthatmustneverbelogged"
-SERVED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-          "special_tokens_map.json", "vocab.txt", "modules.json", "sentence_bert_config.json",
-          "config_sentence_transformers.json", "1_Pooling/config.json"}
-
-
-@pytest.fixture
-def hub(default_model_dir):
-    hub = Hub().start()
-    hub.repos[REPO] = Repo.from_directory(default_model_dir, COMMIT, branches={"main": COMMIT},
-                                          tags={"v1": COMMIT})
-    try:
-        yield hub
-    finally:
-        hub.stop()
-
-
-def _env(hub: Hub, home: Path, token: str | None = None) -> dict[str, str]:
-    # Online (child_env is offline for every other test) and nothing of this machine's hub.
-    env = {k: v for k, v in child_env().items()
-           if not k.startswith("HF_") and k != "TRANSFORMERS_OFFLINE"}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(home))
-    if token is not None:
-        env["HF_TOKEN"] = token
-    return env
-
-
-def _args(tmp_path: Path, repo: str, revision: str, *extra: str) -> list[str]:
-    return hedgerow_command("fetch-model", "--repo", repo, "--revision", revision,
-                            "--cache", str(tmp_path / "cache"), "--link",
-                            str(tmp_path / "link" / "model"), "--message-file",
-                            str(tmp_path / "message.json"), *extra)
-
-
-def fetch(hub: Hub, tmp_path: Path, revision: str = "v1", *extra: str, repo: str = REPO,
-          token: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(_args(tmp_path, repo, revision, *extra),
-                          env=_env(hub, tmp_path / "hf-home", token), capture_output=True,
-                          text=True, timeout=300)
 
 
 def _message(tmp_path: Path) -> dict:
@@ -251,12 +209,12 @@ def test_two_pods_on_one_cache_download_once(hub, tmp_path):
     """The first fetch's weights download is held open until the second fetch is waiting on
     the lock; then both finish, from one download."""
     release = hub.hold("model.safetensors")
-    env = _env(hub, tmp_path / "hf-home")
+    env = fetch_env(hub, tmp_path / "hf-home")
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     procs = []
     try:
         with logs[0].open("w") as log:
-            procs.append(subprocess.Popen(_args(tmp_path, REPO, "v1", "--progress-interval",
+            procs.append(subprocess.Popen(fetch_args(tmp_path, REPO, "v1", "--progress-interval",
                                                 "0.1"), env=env, stderr=log,
                                           stdout=subprocess.DEVNULL))
         _wait_for("the first download to reach the weights", lambda: hub.waiting)
@@ -267,7 +225,7 @@ def test_two_pods_on_one_cache_download_once(hub, tmp_path):
                                          r"bytes_total=(\d+)", logs[0].read_text()).groups())
         assert 0 < done < total
         with logs[1].open("w") as log:
-            procs.append(subprocess.Popen(_args(tmp_path, REPO, "v1"), env=env, stderr=log,
+            procs.append(subprocess.Popen(fetch_args(tmp_path, REPO, "v1"), env=env, stderr=log,
                                           stdout=subprocess.DEVNULL))
         _wait_for("the second fetch to wait on the lock",
                   lambda: "event=fetch.waiting" in logs[1].read_text())
@@ -318,8 +276,8 @@ def test_a_full_disk_is_named_and_leaves_no_partial_model(hub, tmp_path, incomin
     cache = tmp_path / "cache"
     cache.mkdir()
     argv = _in_small_filesystems(cache, "200m" if incoming else "50m", incoming)
-    result = subprocess.run(argv + _args(tmp_path, REPO, COMMIT),
-                            env=_env(hub, tmp_path / "hf-home"), capture_output=True,
+    result = subprocess.run(argv + fetch_args(tmp_path, REPO, COMMIT),
+                            env=fetch_env(hub, tmp_path / "hf-home"), capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
