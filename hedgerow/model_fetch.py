@@ -91,7 +91,7 @@ def _hub_errors(repo: str, revision: str) -> Iterator[None]:
                          f"{_token_hint()}") from None
     except RepositoryNotFoundError:
         raise FetchError(f"{repo} was not found on {endpoint} {_token_hint()}; check the id "
-                         "(org/name)") from None
+                         "(org/name), and that the token's account can read it") from None
     except RevisionNotFoundError:
         raise FetchError(f"revision {revision!r} is not a branch, tag or commit of {repo} on "
                          f"{endpoint}") from None
