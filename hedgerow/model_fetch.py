@@ -125,6 +125,12 @@ def _no_room(cache: Path, needed: int, during: bool) -> FetchError:
                       "spec.model.huggingFace.cache: a larger sizeLimit or PVC)")
 
 
+def _unwritable(where: Path, error: OSError) -> FetchError:
+    return FetchError(f"cannot write into the cache at {where}: {error.strerror or error}"
+                      f"{f' ({error.filename})' if error.filename else ''}; it must be a "
+                      f"directory this user (uid {os.getuid()}) can write")
+
+
 def resolve(api: HfApi, repo: str, revision: str, allow_moving: bool) -> str:
     """The commit `revision` names now; a FetchError for a branch unless `allow_moving`."""
     if re.fullmatch(COMMIT, revision):
@@ -254,12 +260,15 @@ def fetch(settings: FetchSettings) -> Fetched:
         log.info("%s", fields(event="fetch.cached", repo=repo, commit=commit,
                               directory=directory, downloaded=False,
                               reason="already in the cache, verified when it was fetched"))
-    else:
-        directory, downloaded = _fetch_locked(settings, cache, api, commit, files, ignore,
-                                              candidates)
+    try:
+        if directory is None:
+            directory, downloaded = _fetch_locked(settings, cache, api, commit, files, ignore,
+                                                  candidates)
+        if settings.link is not None:
+            point_link(settings.link, directory)
+    except OSError as error:  # what _download did not translate: the lock, the link
+        raise _unwritable(settings.cache, error) from None
     source = model_source.read(directory)
-    if settings.link is not None:
-        point_link(settings.link, directory)
     return Fetched(repo=repo, revision=revision, commit=commit, directory=directory,
                    downloaded=downloaded, files=len(source.files),
                    bytes=sum((directory / path).stat().st_size for path in source.files))
@@ -338,9 +347,7 @@ def _download(settings: FetchSettings, cache: Cache, api: HfApi, commit: str, ke
     except OSError as error:
         if error.errno in _NO_ROOM:
             raise _no_room(staged.parent.parent, total, during=True) from None
-        raise FetchError(f"cannot write the model into the cache at {cache.root}: "
-                         f"{error.strerror or error}; it must be writable by this user "
-                         f"(uid {os.getuid()})") from None
+        raise _unwritable(cache.root, error) from None
     finally:
         cache.discard(staged)  # nothing once installed; else whatever the failure left
     return final

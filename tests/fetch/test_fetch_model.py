@@ -187,6 +187,14 @@ def test_a_gateway_fetch_leaves_the_weights_out_unless_the_cache_has_them(hub, t
     assert len(hub.requests) == asked
 
 
+def test_a_cache_that_cannot_be_written_is_named(hub, tmp_path):
+    (tmp_path / "cache").write_text("a file, not a directory")
+    result = fetch(hub, tmp_path, COMMIT)
+    assert result.returncode == 2
+    assert f"cannot write into the cache at {tmp_path / 'cache'}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_patterns_that_select_nothing_servable_are_refused(hub, tmp_path):
     result = fetch(hub, tmp_path, "v1", "--allow-patterns", "README.md,*.txt")
     assert result.returncode == 2
