@@ -118,6 +118,7 @@ def _graph_rules() -> tuple[dict, ...]:
              "hotSet when you lower maxTokens)"),
     )
 
+
 # ---- spec.model.huggingFace: a model the operator fetches (hedgerow fetch-model) ------------
 # The init container's settings are hedgerow/fetch_settings.py's; build_fetch.py builds it.
 MOVING_BRANCHES = ("main", "master")  # refused at once; other branches when the pod fetches

@@ -101,9 +101,8 @@ def _write_conditions(body: Mapping[str, Any], patch: kopf.Patch, conditions: li
 
 async def _preflight(ctx: Context, service: Service) -> str | None:
     """Checks the schema cannot make: the model's PVC (or the PVC a fetched model is cached
-    on) must exist; the golden set `spec.guard`
-    names must exist and be one. Returns the golden set's content digest (None without a
-    guard)."""
+    on) must exist; the golden set `spec.guard` names must exist and be one. Returns the
+    golden set's content digest (None without a guard)."""
     claim = service.spec["model"].get("persistentVolumeClaim")
     claims = [(claim["claimName"], "spec.model.persistentVolumeClaim.claimName")] \
         if claim is not None else []
