@@ -17,6 +17,8 @@ COMMANDS = {
     "serve": ("hedgerow.commands.serve", "run the local stack: one server and the gateway"),
     "embed": ("hedgerow.commands.embed", "embed texts with a model and print JSON"),
     "guard": ("hedgerow.commands.guard", "record a golden set, or check a gateway against one"),
+    "fetch-model": ("hedgerow.commands.fetch_model",
+                    "fetch a Hugging Face model into a cache directory, verified"),
     "server": ("hedgerow.server.main", "run the gRPC embedding server (one per GPU)"),
     "gateway": ("hedgerow.gateway.main", "run the HTTP gateway in front of servers"),
     "operator": ("hedgerow.operator.main", "run the Kubernetes operator"),

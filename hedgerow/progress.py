@@ -33,14 +33,16 @@ def _size() -> os.terminal_size:
 
 
 @contextlib.contextmanager
-def bar(total: int, what: str, unit: str = "it") -> Iterator[tqdm]:
+def bar(total: int, what: str, unit: str = "it", unit_scale: bool = False) -> Iterator[tqdm]:
     """A bar of `total` steps labelled `what`; call `.update(n)` on it. Gone when the block
-    ends (`leave=False`): the step's own done line says how long it took."""
+    ends (`leave=False`): the step's own done line says how long it took. `unit_scale` shows
+    large counts with SI prefixes (bytes as MB/s, say)."""
     shown, size = _wanted(), _size()
     with contextlib.ExitStack() as stack:
         if shown:
             stack.enter_context(logging_redirect_tqdm())
         progress = stack.enter_context(tqdm(total=total, desc=what, unit=unit, leave=False,
+                                            unit_scale=unit_scale,
                                             disable=not shown, file=sys.stderr,
                                             ncols=size.columns, nrows=size.lines))
         yield progress

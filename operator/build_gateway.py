@@ -2,11 +2,13 @@
 
 Pure functions from a defaulted `Service` to dicts; no I/O. Gateways find servers through the
 server headless Service's DNS (only ready, so warm, pods are listed) and read the tokenizer from
-the same model path as the servers (the model volume is mounted read-only here too).
+the same model path as the servers (the model volume is mounted read-only here too; a model
+from spec.model.huggingFace is fetched without its weights by the gateway's own init
+container, build_fetch.py).
 """
 
 from hedgerow import settings
-from hedgerow.operator import knobs, names
+from hedgerow.operator import build_fetch, knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -28,7 +30,7 @@ def gateway_env(service: Service) -> dict[str, str]:
         settings.env_name("port"): str(names.GATEWAY_HTTP_PORT),
         settings.env_name("service_dns"):
             f"{names.server_name(service)}.{service.namespace}.svc:{names.SERVER_GRPC_PORT}",
-        settings.env_name("model"): model["path"],
+        settings.env_name("model"): build_fetch.model_path(service),
         settings.env_name("served_model_name"): model.get("servedName") or service.name,
         **knobs.env(knobs.GATEWAY, gateway),
     }
@@ -45,6 +47,8 @@ def build_gateway_config(service: Service) -> dict:
 def build_gateway_deployment(service: Service, config: dict) -> dict:
     gateway = service.spec["gateway"]
     volumes, mounts = volumes_and_mounts(service)
+    volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
+    mounts += build_fetch.mounts(service)
     if "apiKeySecret" in gateway:
         volumes.append({"name": API_KEYS_VOLUME,
                         "secret": {"secretName": gateway["apiKeySecret"]["name"],
@@ -86,6 +90,7 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
                 "spec": {
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": DRAIN_SECONDS + 60,
+                    **build_fetch.init_containers(service, "gateway"),
                     "containers": [container],
                     "volumes": volumes,
                     "enableServiceLinks": False,

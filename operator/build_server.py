@@ -11,13 +11,12 @@ takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when t
 """
 
 import math
-import re
 
 from hedgerow import golden_set, settings
-from hedgerow.operator import knobs, names
+from hedgerow.operator import build_fetch, knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
-    quantity, scheduling, volumes_and_mounts,
+    quantity, quantity_number, scheduling, volumes_and_mounts,
 )
 from hedgerow.operator.spec import Service
 
@@ -36,7 +35,7 @@ def server_env(service: Service) -> dict[str, str]:
     every setting the spec exposes (knobs.py, generated from the server's settings)."""
     server = service.spec["server"]
     env = {
-        settings.env_name("model"): service.spec["model"]["path"],
+        settings.env_name("model"): build_fetch.model_path(service),
         settings.env_name("host"): "0.0.0.0",
         settings.env_name("port"): str(names.SERVER_GRPC_PORT),
         settings.env_name("http_port"): str(names.SERVER_HTTP_PORT),
@@ -52,19 +51,12 @@ def server_env(service: Service) -> dict[str, str]:
     return env
 
 
-_SUFFIXES = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9,
-             "T": 1e12, "P": 1e15, "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30,
-             "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
-
-
 def cpu_threads(cpu: object) -> int:
     """Torch threads for a CPU server given its CPU request (a quantity the schema accepted:
     "4", "500m", 0.5, "1e3"): whole cores minus one for the event loop, at least 1. Left to
     itself the server counts the node's cores, which a pod sharing the node does not have
     (more threads than cores spin: 6 ms became 400 ms)."""
-    number, exponent, suffix = re.fullmatch(r"\+?([0-9.]+)(?:[eE]([-+]?[0-9.]+))?([a-zA-Z]*)",
-                                            str(cpu)).groups()
-    cores = float(number) * 10.0 ** float(exponent or 0) * _SUFFIXES.get(suffix, 1.0)
+    cores = quantity_number(cpu)
     return max(1, min(math.ceil(cores) - 1, 4096))
 
 
@@ -136,6 +128,8 @@ def build_server_deployment(service: Service, config: dict,
     set's content digest (with `spec.guard`), an annotation for the same reason."""
     server = service.spec["server"]
     volumes, mounts = volumes_and_mounts(service)
+    volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
+    mounts += build_fetch.mounts(service)
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
     annotations = {}
     guard = service.spec.get("guard")
@@ -158,6 +152,7 @@ def build_server_deployment(service: Service, config: dict,
         "securityContext": pod_security_context(),
         "terminationGracePeriodSeconds": server["drainSeconds"] + KILL_MARGIN_SECONDS
             + math.ceil(server["shutdownGraceSeconds"]),
+        **build_fetch.init_containers(service, "server"),
         "containers": [_container(service, mounts)],
         "volumes": volumes,
         "enableServiceLinks": False,

@@ -14,7 +14,7 @@ import json
 
 import yaml
 
-from hedgerow import golden_set
+from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import knobs
 from hedgerow.operator.crd_autoscaling import AUTOSCALING
@@ -120,6 +120,105 @@ def _graph_rules() -> tuple[dict, ...]:
     )
 
 
+# ---- spec.model.huggingFace: a model the operator fetches (hedgerow fetch-model) ------------
+# The init container's settings are hedgerow/fetch_settings.py's; build_fetch.py builds it.
+MOVING_BRANCHES = ("main", "master")  # refused at once; other branches when the pod fetches
+
+
+def _hugging_face() -> dict:
+    return obj(
+        {
+            "id": string("The model's Hugging Face repository id (org/name).", min_length=1,
+                         max_length=193, pattern=f"^{fetch_settings.REPO_ID}$"),
+            "revision": string("What to fetch: a commit hash (40 hex digits) or a tag. A "
+                               "branch moves, so it needs allowMovingRevision. The commit it "
+                               "resolves to is shown in status.model and is one of the facts "
+                               "of the embedding space's fingerprint.", min_length=1,
+                               max_length=255, pattern=f"^{fetch_settings.REVISION}$"),
+            "allowMovingRevision": boolean(
+                "Accept a branch as revision: each new pod fetches the branch's commit of the "
+                "moment, so replicas may serve different commits (different spaces; the "
+                "gateway never mixes two in one answer).", default=False),
+            "tokenSecret": obj(
+                {
+                    "name": string("Secret name.", min_length=1, max_length=253,
+                                   pattern=DNS_SUBDOMAIN),
+                    "key": string("Key holding the token.", default="token", min_length=1,
+                                  max_length=253, pattern=SECRET_KEY),
+                },
+                "Secret with a Hugging Face access token, for a private or gated model: "
+                "given to the download as HF_TOKEN, never logged, never in a ConfigMap.",
+                required=("name",),
+            ),
+            "allowPatterns": array(
+                string("An fnmatch pattern over the repository's paths (`*` also matches "
+                       "`/`).", min_length=1, max_length=256),
+                "Which files to fetch. Default: "
+                + ", ".join(fetch_settings.DEFAULT_ALLOW_PATTERNS)
+                + " (the config, safetensors weights, tokenizer and sentence-transformers "
+                "files). Gateways leave the weights out.", max_items=64,
+                rules=(rule("size(self) > 0", "huggingFace.allowPatterns must not be empty "
+                            "(leave it out for the default files)"),)),
+            "endpoint": string("The hub to fetch from (a mirror, an air-gapped hub), given to "
+                               "the download as HF_ENDPOINT. Default: https://huggingface.co.",
+                               pattern=r"^https?://[^/\s]+(/\S*)?$", max_length=1024),
+            "cache": obj(
+                {
+                    "claimName": string("A PersistentVolumeClaim to keep fetched models on, "
+                                        "shared by every server and gateway pod (ReadWriteMany "
+                                        "when pods span nodes): a model is downloaded once "
+                                        "and later pods start without a download. Without "
+                                        "it each pod downloads into an emptyDir of its own.",
+                                        min_length=1, max_length=253, pattern=DNS_SUBDOMAIN),
+                    "subPath": string("Sub-directory of the claim to use.", max_length=1024),
+                    "sizeLimit": quantity("Size limit of the per-pod emptyDir used without "
+                                          "claimName (a model larger than this is refused "
+                                          "before its download).", default="20Gi"),
+                },
+                "Where fetched models are kept.",
+                default={},
+                rules=(rule("!has(self.subPath) || !(self.subPath.startsWith('/') || "
+                            "self.subPath.matches('(^|/)[.][.](/|$)'))",
+                            "huggingFace.cache.subPath must be a relative path without "
+                            "'..'"),
+                       rule("!has(self.subPath) || has(self.claimName)",
+                            "huggingFace.cache.subPath needs huggingFace.cache.claimName")),
+            ),
+        },
+        "Fetch the model from the Hugging Face Hub: an init container of every server and "
+        "gateway pod (the server image, `hedgerow fetch-model`) downloads it, verifies every "
+        "file against the hub's digests and keeps it in the cache; the containers then read "
+        "it there.",
+        required=("id", "revision"),
+        rules=(
+            rule("!self.id.contains('--') && !self.id.contains('..') && "
+                 "!self.id.endsWith('.git')",
+                 "huggingFace.id must not contain '--' or '..' nor end in '.git' (the Hub "
+                 "refuses such ids)"),
+            rule("!self.revision.contains('..') && !self.revision.endsWith('.lock')",
+                 "huggingFace.revision must not contain '..' nor end in '.lock' (not a git "
+                 "revision)"),
+            rule("self.allowMovingRevision || !(self.revision in ["
+                 + ", ".join(f"'{b}'" for b in MOVING_BRANCHES) + "])",
+                 "huggingFace.revision names a branch, which moves: give a commit hash or a "
+                 "tag, or set huggingFace.allowMovingRevision: true"),
+        ),
+    )
+
+
+HUGGING_FACE_RULES = (
+    rule("!has(self.huggingFace) || !(has(self.path) || has(self.persistentVolumeClaim) || "
+         "has(self.hostPath) || has(self.huggingFaceId))",
+         "model.huggingFace cannot be combined with model.path, model.persistentVolumeClaim, "
+         "model.hostPath or model.huggingFaceId: the operator fetches the model into its own "
+         "cache and chooses the path"),
+    rule("has(self.path) || has(self.huggingFace)",
+         "give model.path (a model directory in the images or on a volume) or "
+         "model.huggingFace (a model the operator fetches)"),
+)
+# ---- end spec.model.huggingFace ---------------------------------------------------------------
+
+
 def _model() -> dict:
     mounted = "has(self.persistentVolumeClaim) || has(self.hostPath)"
     reserved = "[" + ", ".join(f"'{path}'" for path in RESERVED_MOUNT_PATHS) + "]"
@@ -128,8 +227,8 @@ def _model() -> dict:
             "path": string("Model directory inside the containers (config.json, safetensors, "
                            "tokenizer.json).", pattern=r"^/", max_length=1024),
             "huggingFaceId": string("The model's Hugging Face id, for reference only (shown by "
-                                    "`kubectl get embsvc`); nothing is downloaded.",
-                                    max_length=256),
+                                    "`kubectl get embsvc`); nothing is downloaded (that is "
+                                    "huggingFace's job).", max_length=256),
             "servedName": string("The `model` name clients send. Default: the resource name.",
                                  pattern=r"^\S+$", max_length=256),
             "mountPath": string("Where the model volume is mounted when one is given.",
@@ -150,11 +249,12 @@ def _model() -> dict:
                 "Mount the model from a directory on the node (read-only).",
                 required=("path",),
             ),
+            "huggingFace": _hugging_face(),
         },
-        "Where the model lives. With neither persistentVolumeClaim nor hostPath, `path` is "
-        "baked into the server and gateway images.",
-        required=("path",),
-        rules=(
+        "Where the model lives: fetched from the Hugging Face Hub (huggingFace), or a "
+        "directory at `path` on a volume (persistentVolumeClaim, hostPath) or baked into the "
+        "server and gateway images (neither).",
+        rules=HUGGING_FACE_RULES + (
             rule("!(has(self.persistentVolumeClaim) && has(self.hostPath))",
                  "give at most one of model.persistentVolumeClaim and model.hostPath"),
             rule(f"!(self.mountPath in {reserved})",
@@ -164,7 +264,7 @@ def _model() -> dict:
                  "|| !(self.persistentVolumeClaim.subPath.startsWith('/') || "
                  "self.persistentVolumeClaim.subPath.matches('(^|/)[.][.](/|$)'))",
                  "model.persistentVolumeClaim.subPath must be a relative path without '..'"),
-            rule(f"!({mounted}) || self.path == self.mountPath || "
+            rule(f"!({mounted}) || !has(self.path) || self.path == self.mountPath || "
                  "self.path.startsWith(self.mountPath + '/')",
                  "model.path must lie under model.mountPath when the model comes from a "
                  "volume"),
@@ -336,7 +436,7 @@ SPEC = obj(
 
 CONDITION = obj(
     {
-        "type": string("Ready, Progressing, GraphsWarm or SpaceMatches."),
+        "type": string("Ready, Progressing, GraphsWarm, SpaceMatches or ModelFetched."),
         "status": string("True, False or Unknown.", enum=("True", "False", "Unknown")),
         "reason": string("One CamelCase word."),
         "message": string("Human-readable detail."),
@@ -350,14 +450,16 @@ CONDITION = obj(
 STATUS = obj(
     {
         "observedGeneration": integer("Last spec generation the operator acted on."),
-        "model": string("The model served (Hugging Face id, or the path)."),
+        "model": string("The model served: the Hugging Face id (with spec.model.huggingFace, "
+                        "id@commit: the commit the pods fetched), or the path."),
         "replicas": integer("Server pods that exist."),
         "readyReplicas": integer("Server pods ready for traffic."),
         "warmReplicas": integer("Server pods whose hot CUDA graphs are captured."),
         "gatewayReadyReplicas": integer("Gateway pods ready for traffic."),
         "conditions": {
-            "type": "array", "description": "Ready, Progressing, GraphsWarm and, with "
-                                            "spec.guard, SpaceMatches.",
+            "type": "array", "description": "Ready, Progressing, GraphsWarm, with "
+                                            "spec.guard SpaceMatches, with "
+                                            "spec.model.huggingFace ModelFetched.",
             "items": CONDITION,
             "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
         },

@@ -25,7 +25,7 @@ import aiohttp
 import kopf
 
 from hedgerow import golden_set
-from hedgerow.operator import names, status, warmup
+from hedgerow.operator import build_fetch, model_fetch_status, names, status, warmup
 from hedgerow.operator.kube import ApiError, KubeClient
 from hedgerow.operator.manifests import build_all, keda_leftover, unwanted
 from hedgerow.operator.spec import Service, parse
@@ -100,18 +100,18 @@ def _write_conditions(body: Mapping[str, Any], patch: kopf.Patch, conditions: li
 
 
 async def _preflight(ctx: Context, service: Service) -> str | None:
-    """Checks the schema cannot make: the model's PVC must exist; the golden set `spec.guard`
-    names must exist and be one. Returns the golden set's content digest (None without a
-    guard)."""
+    """Checks the schema cannot make: the model's PVC (or the PVC a fetched model is cached
+    on) must exist; the golden set `spec.guard` names must exist and be one. Returns the
+    golden set's content digest (None without a guard)."""
     claim = service.spec["model"].get("persistentVolumeClaim")
-    if claim is not None:
-        found = await ctx.kube.get("v1", "PersistentVolumeClaim", service.namespace,
-                                   claim["claimName"])
+    claims = [(claim["claimName"], "spec.model.persistentVolumeClaim.claimName")] \
+        if claim is not None else []
+    for name, field in claims + build_fetch.claims(service):
+        found = await ctx.kube.get("v1", "PersistentVolumeClaim", service.namespace, name)
         if found is None:
             raise SpecError(MODEL_VOLUME_MISSING,
-                            f"PersistentVolumeClaim {claim['claimName']!r} (spec.model."
-                            f"persistentVolumeClaim.claimName) does not exist in namespace "
-                            f"{service.namespace!r}")
+                            f"PersistentVolumeClaim {name!r} ({field}) does not exist in "
+                            f"namespace {service.namespace!r}")
     guard = service.spec.get("guard")
     if guard is None:
         return None
@@ -282,8 +282,16 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
                 for name, decision in results]
         conditions.append(status.space_condition(pods, guard["configMap"], guard["minCosine"],
                                                  generation))
+    model = service.model_label
+    hub = build_fetch.hugging_face(service)
+    if hub is not None:  # spec.model.huggingFace: what each pod's fetch says
+        fetches = model_fetch_status.observe(
+            await ctx.kube.list("v1", "Pod", service.namespace, names.instance_selector(service)),
+            hub)
+        conditions.append(model_fetch_status.fetched_condition(fetches, hub, generation))
+        model = model_fetch_status.label(hub, fetches)
     _write_conditions(body, patch, conditions,
-                      status.status_fields(service.model_label, seen, generation))
+                      status.status_fields(model, seen, generation))
 
 
 async def update_gates(ctx: Context,

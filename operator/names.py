@@ -58,6 +58,11 @@ def selector(service: Service, component: Component) -> dict[str, str]:
     return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: service.name, LABEL_COMPONENT: component}
 
 
+def instance_selector(service: Service) -> dict[str, str]:
+    """Labels that select every pod of the resource, servers and gateways."""
+    return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: service.name}
+
+
 def labels(service: Service, component: Component) -> dict[str, str]:
     return {**selector(service, component), LABEL_MANAGED_BY: FIELD_MANAGER}
 

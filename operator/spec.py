@@ -37,7 +37,11 @@ class Service:
 
     @property
     def model_label(self) -> str:
+        """What status.model shows: the Hugging Face id (at the revision asked for, for a
+        model the operator fetches), else the path."""
         model = self.spec["model"]
+        if "huggingFace" in model:
+            return f"{model['huggingFace']['id']}@{model['huggingFace']['revision']}"
         return model.get("huggingFaceId") or model["path"]
 
 

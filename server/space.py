@@ -3,10 +3,12 @@ rounded, and the fingerprint they make (its format is hedgerow/space.py's).
 
 The facts: architecture and the model's config as the engine reads it, a digest of the weight
 files and of tokenizer.json, the templates, pooling, the normalisation default, the width, the
-longest sequence and the compute dtype. The probe: hedgerow's fixed probe texts tokenized with
-the directory's tokenizer.json (a directory without one, as the benchmarks' random-weight
-models may be, is probed with fixed token ids instead), embedded through the engine in fixed
-batches, normalised, each vector rounded to the sides of PROBE_PLANES fixed hyperplanes.
+longest sequence and the compute dtype; for a directory `hedgerow fetch-model` fetched, also
+the repository and commit it came from (hedgerow/model_source.py). The probe: hedgerow's
+fixed probe texts tokenized with the directory's tokenizer.json (a directory without one, as
+the benchmarks' random-weight models may be, is probed with fixed token ids instead),
+embedded through the engine in fixed batches, normalised, each vector rounded to the sides of
+PROBE_PLANES fixed hyperplanes.
 `measure` runs once, on the engine thread (it steps the engine), before the server serves;
 the weights' digest is started before the engine loads (`start_weights_digest`) and overlaps it.
 `embed_sequences` is also how the golden set and `hedgerow guard record` embed their texts, so
@@ -22,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hedgerow import space
+from hedgerow import model_source, space
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.checkpoint import weight_files
 from hedgerow.engine.dtype_choice import probe_batch
@@ -86,7 +88,7 @@ def facts(engine: Any, directory: Path, weights: str) -> dict[str, Any]:
     `weights_digest`."""
     info = engine.info
     tokenizer_path = directory / TOKENIZER_FILE
-    return {
+    known = {
         "architecture": info.architecture,
         "config": dataclasses.asdict(engine.config),
         "weights": weights,
@@ -98,6 +100,10 @@ def facts(engine: Any, directory: Path, weights: str) -> dict[str, Any]:
         "max_tokens": info.max_tokens,
         "dtype": info.dtype,
     }
+    source = model_source.read(directory)  # a directory `hedgerow fetch-model` fetched
+    if source is not None:
+        known["source"] = source.label  # another revision is another space
+    return known
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:

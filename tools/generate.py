@@ -6,14 +6,15 @@ Writes the chart's CRD (charts/hedgerow/crds/), and the tables between `<!-- gen
 and `<!-- end generated:NAME -->` in docs: the server's, the gateway's and the operator's
 settings (from hedgerow.server_settings, hedgerow.gpu_settings, hedgerow.gateway_settings and
 hedgerow.operator.main), the flags of `hedgerow guard record` and `check` (hedgerow.commands.guard)
-and the EmbeddingService's spec fields (from the CRD, whose settings
-fields come from those same dataclasses). tests/test_generated.py fails when a committed copy differs from what this writes.
+and of `hedgerow fetch-model` (hedgerow.fetch_settings), and the EmbeddingService's spec fields
+(from the CRD, whose settings fields come from those same dataclasses). tests/test_generated.py fails when a committed copy differs from what this writes.
 """
 
 import re
 from pathlib import Path
 
 from hedgerow.commands.guard import CheckSettings, RecordSettings
+from hedgerow.fetch_settings import FetchSettings
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gpu_settings import GpuSettings
 from hedgerow.operator import crd
@@ -29,7 +30,8 @@ TABLES = {
     "docs/operator.md": {"operator-settings": lambda: markdown_table(OperatorSettings),
                          "spec-fields": crd.spec_table,
                          "guard-record-settings": lambda: markdown_table(RecordSettings),
-                         "guard-check-settings": lambda: markdown_table(CheckSettings)},
+                         "guard-check-settings": lambda: markdown_table(CheckSettings),
+                         "fetch-model-settings": lambda: markdown_table(FetchSettings)},
 }
 
 

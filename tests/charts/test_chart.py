@@ -236,3 +236,12 @@ def test_notes_render():
     assert result.returncode == 0, result.stderr
     assert "kubectl get embsvc" in result.stdout
     assert "hedgerow-adapter-rules" in result.stdout
+
+
+def test_the_example_can_fetch_its_model_given_only_an_id_and_a_revision():
+    example = next(doc for doc in render(CHART / "ci" / "huggingface-values.yaml")
+                   if doc["kind"] == crd.KIND)
+    assert example["spec"]["model"] == {"huggingFace": {
+        "id": "sentence-transformers/all-MiniLM-L6-v2",
+        "revision": "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"}}
+    admit(example)

@@ -54,6 +54,13 @@ SPECS = {
         compileCache={"persistentVolumeClaim": {"claimName": "compile", "subPath": "bge"}}),
     "cached-on-node": lambda s: s["server"].update(
         compileCache={"hostPath": {"path": "/var/lib/hedgerow-compile"}}),
+    # spec.model.huggingFace: fetched by an init container, per pod or on a shared PVC.
+    "fetched": lambda s: s.update(model={"huggingFace": {
+        "id": "BAAI/bge-m3", "revision": "5617a9f61b028005a4858fdac845db406aefb181"}}),
+    "fetched-shared": lambda s: s.update(model={"huggingFace": {
+        "id": "acme/private-bge", "revision": "v2", "endpoint": "https://hub.example.com",
+        "tokenSecret": {"name": "hf-token"}, "allowPatterns": ["*.json", "*.safetensors"],
+        "cache": {"claimName": "hf-models", "subPath": "hub"}}}),
 }
 
 
@@ -304,3 +311,75 @@ def test_a_compile_cache_is_mounted_writable_where_the_server_keeps_its_compile(
     assert str(gpu.compile_cache) == mount["mountPath"]
     uncached = _by_kind(build_all(_service("defaults")))
     assert "HEDGEROW_COMPILE_CACHE" not in uncached[("ConfigMap", "emb-server")]["data"]
+
+
+# spec.model.huggingFace ----------------------------------------------------------------------
+
+def _pod(children, component):
+    return children[("Deployment", f"emb-{component}")]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("spec", ["fetched", "fetched-shared"])
+@pytest.mark.parametrize("component", ["server", "gateway"])
+def test_a_fetched_model_comes_from_an_init_container_into_the_cache(spec, component):
+    from hedgerow import settings as settings_lib
+    from hedgerow.fetch_settings import FetchSettings
+    from hedgerow.operator import build_fetch
+
+    children = _by_kind(build_all(_service(spec)))
+    pod = _pod(children, component)
+    (init,) = pod["initContainers"]
+    assert init["image"] == "s:1" and init["args"] == ["fetch-model"]  # the server image
+    assert "nvidia.com/gpu" not in init["resources"]["limits"]
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    fetch = settings_lib.load(FetchSettings, None, environ={
+        k: v for k, v in env.items() if k.startswith("HEDGEROW_")})
+    hub = _service(spec).spec["model"]["huggingFace"]
+    assert (fetch.repo, fetch.revision) == (hub["id"], hub["revision"])
+    assert fetch.skip_weights is (component == "gateway")
+    assert str(fetch.message_file) == init["terminationMessagePath"]
+    assert env["HF_HOME"].startswith("/tmp/")
+    # The containers read the model through the link the fetch points at the commit's files.
+    config = children[("ConfigMap", f"emb-{component}")]["data"]
+    assert config["HEDGEROW_MODEL"] == str(fetch.link) == build_fetch.MODEL_LINK
+    container = pod["containers"][0]
+    mounted = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounted["model-cache"]["mountPath"] == str(fetch.cache)
+    assert mounted["model-cache"]["readOnly"] and mounted["model-link"]["readOnly"]
+    assert str(fetch.link).startswith(mounted["model-link"]["mountPath"] + "/")
+    written = {m["name"]: m for m in init["volumeMounts"]}
+    assert not written["model-cache"]["readOnly"] and not written["model-link"]["readOnly"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    if spec == "fetched":
+        assert volumes["model-cache"]["emptyDir"] == {"sizeLimit": "20Gi"}
+        assert fetch.max_bytes == 20 * 2**30  # refused before the download, not evicted
+        assert "HF_TOKEN" not in env and "HF_ENDPOINT" not in env
+        assert fetch.allow_patterns == FetchSettings.allow_patterns
+    else:
+        assert volumes["model-cache"]["persistentVolumeClaim"] == {"claimName": "hf-models"}
+        assert written["model-cache"]["subPath"] == mounted["model-cache"]["subPath"] == "hub"
+        assert fetch.max_bytes is None
+        assert env["HF_ENDPOINT"] == "https://hub.example.com"
+        token = next(e for e in init["env"] if e["name"] == "HF_TOKEN")
+        assert token["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+        assert fetch.allow_patterns == ("*.json", "*.safetensors")
+        assert "hf-token" not in str(config)  # the token is never in a ConfigMap
+
+
+def test_a_model_without_huggingface_has_no_init_container():
+    for spec in ("defaults", "full", "cpu-baked-no-gate"):
+        children = _by_kind(build_all(_service(spec)))
+        assert "initContainers" not in _pod(children, "server")
+        assert "initContainers" not in _pod(children, "gateway")
+
+
+def test_a_new_revision_rolls_the_pods():
+    before = _by_kind(build_all(_service("fetched")))
+    body = copy.deepcopy(BASE)
+    SPECS["fetched"](body["spec"])
+    body["spec"]["model"]["huggingFace"]["revision"] = "v3"
+    after = _by_kind(build_all(parse(body)))
+    for component in ("server", "gateway"):
+        assert _pod(before, component) != _pod(after, component)
+    assert parse(body).model_label == "BAAI/bge-m3@v3"

@@ -87,6 +87,31 @@ MUTATIONS = [
                                             "prometheusAddress": "http://prom:9090"}),
 ]
 
+
+
+# spec.model.huggingFace: the model the operator fetches.
+HF_COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+
+
+def _fetched(body, **fields):
+    """`body` with its model fetched from the hub instead of read from the PVC."""
+    body["spec"]["model"] = {"huggingFace": {"id": "sentence-transformers/all-MiniLM-L6-v2",
+                                             "revision": HF_COMMIT, **fields}}
+
+
+MUTATIONS += [
+    lambda b: _fetched(b),
+    lambda b: _fetched(b, revision="main"),
+    lambda b: _fetched(b, revision="main", allowMovingRevision=True),
+    lambda b: _fetched(b, revision="v1..2"),
+    lambda b: _fetched(b, id="acme/a--b"),
+    lambda b: _fetched(b, allowPatterns=["*.json"], cache={"claimName": "hf", "subPath": "m"}),
+    lambda b: _fetched(b, allowPatterns=[], cache={"subPath": "../m"}),
+    lambda b: _fetched(b, cache={"subPath": "m"}),
+    lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b", "revision": HF_COMMIT}),
+    lambda b: b["spec"]["model"].pop("path"),
+]
+
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
@@ -128,7 +153,7 @@ def test_the_examples_are_admitted(path):
     (lambda b: b["spec"]["server"].update(dtype="int8"), "spec.server.dtype"),
     (lambda b: b["spec"]["server"].update(maxBatchSeqs=0), "spec.server.maxBatchSeqs"),
     (lambda b: b["spec"]["gateway"].update(chunkTokens=20000), "chunkTokens"),
-    (lambda b: b["spec"]["model"].pop("path"), "'path' is a required property"),
+    (lambda b: b["spec"]["model"].pop("path"), "give model.path"),
     (lambda b: b["spec"]["model"].update(path="models/m"), "spec.model.path"),
     (lambda b: b["spec"]["model"].update(path="/elsewhere/m"), "under model.mountPath"),
     (lambda b: b["spec"]["model"].update(hostPath={"path": "/srv"}), "at most one"),
@@ -163,6 +188,24 @@ def test_the_examples_are_admitted(path):
     (lambda b: b["spec"]["server"].update(compileCache={
         "persistentVolumeClaim": {"claimName": "c", "subPath": "a/../b"}}),
      "compileCache.persistentVolumeClaim.subPath must be a relative path"),
+    # spec.model.huggingFace
+    (lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b", "revision": HF_COMMIT}),
+     "model.huggingFace cannot be combined with model.path"),
+    (lambda b: _fetched(b, revision="main"), "set huggingFace.allowMovingRevision: true"),
+    (lambda b: _fetched(b, revision="v1..2"), "must not contain '..'"),
+    (lambda b: _fetched(b, revision="-x"), "spec.model.huggingFace.revision"),
+    (lambda b: _fetched(b, id="acme/a--b"), "must not contain '--'"),
+    (lambda b: _fetched(b, id="acme/bad name"), "spec.model.huggingFace.id"),
+    (lambda b: _fetched(b, allowPatterns=[]), "allowPatterns must not be empty"),
+    (lambda b: _fetched(b, cache={"claimName": "hf", "subPath": "/abs"}),
+     "cache.subPath must be a relative path"),
+    (lambda b: _fetched(b, cache={"subPath": "m"}), "subPath needs huggingFace.cache.claimName"),
+    (lambda b: _fetched(b, cache={"claimName": "Not A Claim"}), "claimName"),
+    (lambda b: _fetched(b, cache={"sizeLimit": "-1Gi"}), "sizeLimit"),
+    (lambda b: _fetched(b, tokenSecret={"key": "token"}), "'name' is a required property"),
+    (lambda b: _fetched(b, endpoint="ftp://mirror"), "spec.model.huggingFace.endpoint"),
+    (lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b"}),
+     "'revision' is a required property"),
 ])
 def test_bad_specs_are_refused_naming_the_problem(mutate, fragment):
     with pytest.raises(Refused) as refused:

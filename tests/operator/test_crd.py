@@ -68,8 +68,11 @@ def test_examples_validate_against_the_crd_schema(path):
 
 
 def test_examples_cover_bge_m3_and_qwen3():
-    ids = {yaml.safe_load(p.read_text())["spec"]["model"]["huggingFaceId"] for p in EXAMPLES}
+    models = [yaml.safe_load(p.read_text())["spec"]["model"] for p in EXAMPLES]
+    ids = {model.get("huggingFaceId") or model["huggingFace"]["id"] for model in models}
     assert {"BAAI/bge-m3", "Qwen/Qwen3-Embedding-0.6B"} <= ids
+    assert any(set(model) == {"huggingFace"} and set(model["huggingFace"]) == {"id", "revision"}
+               for model in models), "an example fetches a model given only its id and revision"
 
 
 def test_strict_schema_rejects_unknown_fields():
