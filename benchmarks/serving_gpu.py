@@ -248,7 +248,7 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     server = start(["server", "--model", str(directory), "--device", args.device, "--dtype",
                     dtype, "--host", "127.0.0.1", "--port", str(grpc_port),
-                    "--http-port", str(http_port), "--max-batch-tokens", "8192",
+                    "--http-port", str(http_port), "--max-batch-tokens", str(args.max_batch_tokens),
                     "--max-inflight-tokens", "4000000", "--max-request-tokens", "500000"],
                    server_log, log_level=None)
     gateway = None
@@ -413,6 +413,8 @@ def main(argv=None) -> int:
                         help="rough length of each throughput cell")
     parser.add_argument("--charts", type=int_list(1), default="1,2,3,4",
                         help="which charts to run, e.g. 3,4")
+    parser.add_argument("--max-batch-tokens", type=at_least(1), default=8192,
+                        help="the server's token budget per batch (bulk cells fill it)")
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
                              "(numbers meaningless)")
