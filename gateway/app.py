@@ -9,21 +9,34 @@ Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info
 `GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank scores
 names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
 `embedding_space`). Request logic lives in
-`service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, HTTP in
-`http.py` and `protocol.py`; errors are translated in `http_errors.py`, in the shape of the
-route's API.
+`service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, routing and
+error guarding in `http.py` (on FastAPI), the documented request and answer schemas in
+`openapi.py`; errors are translated in `http_errors.py`, in the shape of the route's API.
 """
 
 import asyncio
+import contextlib
 import functools
+import gc
 import logging
-import types
+import urllib.parse
 
-from hedgerow.gateway import cohere, tei
+from fastapi import FastAPI
+
+from hedgerow.gateway import cohere, openapi, tei
 from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.auth import ApiKeys
 from hedgerow.gateway.errors import ModelNotFoundError, NoReplicaError, RequestError
-from hedgerow.gateway.http import HttpApp, Request, Response, Style, json_response, parse_json
+from hedgerow.gateway.http import (
+    STYLE_KEY,
+    Request,
+    Response,
+    Routes,
+    Style,
+    header,
+    json_response,
+    parse_json,
+)
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard
 from hedgerow.gateway.replicas import ReplicaSet
@@ -43,10 +56,11 @@ from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway")
 
-TIMEOUT_HEADER = b"x-request-timeout"
+TIMEOUT_HEADER = "x-request-timeout"
 # Names the embedding space of an answer's vectors (also the body's `embedding_space`).
 SPACE_HEADER = b"x-embedding-space"
-OPENAI_TIMEOUT_HEADER = b"x-stainless-read-timeout"
+OPENAI_TIMEOUT_HEADER = "x-stainless-read-timeout"
+MODELS_PATH = "/v1/models/"
 # Responses with more floats than this are JSON-encoded off the event loop.
 INLINE_ENCODE_VALUES = 64 * 1024
 
@@ -65,16 +79,10 @@ def _seconds(raw: str | None) -> float | None:
     return value if 0 < value < float("inf") else None
 
 
-class Gateway:
-    """The app and its lifetime: `await start()` before serving, `await stop()` after."""
-
-    def __init__(self, app: HttpApp, start, stop) -> None:
-        self.app, self.start, self.stop = app, start, stop
-
-
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,
-               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> Gateway:
-    """The gateway: its app, and the start and stop of discovery and health watching."""
+               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> FastAPI:
+    """The gateway's FastAPI app; its lifespan starts and stops discovery and health
+    watching. `app.state` holds the service, the replicas and the metrics."""
     metrics = metrics or GatewayMetrics()
     # `service` is bound below, before the lifespan starts the watchers that call this.
     replicas = ReplicaSet(
@@ -88,18 +96,23 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     service = EmbeddingService(settings, card, tokenizer, router, metrics)
     reranker = Reranker(service)
 
-    async def start() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
         await replicas.start()
         log.info("%s", fields(event="gateway.started", model=card.name,
                               replicas=",".join(replicas.replicas) or "none",
                               auth="on" if api_keys.enabled else "off"))
-
-    async def stop() -> None:
+        # What exists now lives until exit: keep it out of the collector's full passes.
+        gc.freeze()
+        yield
         await replicas.close()
         tokenizer.close()
 
-    app = HttpApp(metrics.observe_request, AccessLog(settings.access_log_sample))
-    app.state = types.SimpleNamespace(service=service, replicas=replicas, metrics=metrics)
+    app = FastAPI(title="Hedgerow gateway", version=openapi.VERSION,
+                  description=openapi.DESCRIPTION, lifespan=lifespan,
+                  docs_url="/docs" if settings.docs else None, redoc_url=None)
+    app.state.service, app.state.replicas, app.state.metrics = service, replicas, metrics
+    routes = Routes(app, metrics.observe_request, AccessLog(settings.access_log_sample))
 
     def deadline(request: Request) -> float:
         """The request's deadline on the loop's clock: our timeout, shortened by the client's.
@@ -108,26 +121,26 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         read timeout as x-stainless-read-timeout; it is honoured when it parses.
         """
         budget = settings.request_timeout
-        raw = request.header(TIMEOUT_HEADER)
+        raw = header(request, TIMEOUT_HEADER)
         if raw is not None:
             asked = _seconds(raw)
             if asked is None:
                 raise RequestError(f"x-request-timeout is {raw!r}; send a positive number of "
                                    "seconds", param="x-request-timeout")
             budget = min(budget, asked)
-        client_timeout = _seconds(request.header(OPENAI_TIMEOUT_HEADER))
+        client_timeout = _seconds(header(request, OPENAI_TIMEOUT_HEADER))
         if client_timeout is not None:
             budget = min(budget, client_timeout)
         return asyncio.get_running_loop().time() + budget
 
-    def body_of(request: Request):
+    async def body_of(request: Request):
         """Authorised, then the JSON body."""
-        api_keys.check(request.header(b"authorization"))
-        return parse_json(request.body)
+        api_keys.check(header(request, "authorization"))
+        return parse_json(await request.body())
 
-    @app.route("POST", "/v1/embeddings")
+    @routes.route("POST", "/v1/embeddings")
     async def embeddings(request: Request) -> Response:
-        body = EmbeddingsRequest.parse(body_of(request))
+        body = EmbeddingsRequest.parse(await body_of(request))
         result = await service.embed(body.input, model=body.model, dimensions=body.dimensions,
                                      input_type=body.input_type, deadline=deadline(request))
         encode = functools.partial(
@@ -145,19 +158,19 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
                         headers=headers, tokens=result.prompt_tokens)
 
-    @app.route("POST", "/v1/rerank")
+    @routes.route("POST", "/v1/rerank")
     async def rerank(request: Request) -> Response:
-        body = RerankRequest.parse(body_of(request))
+        body = RerankRequest.parse(await body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(rerank_body(result, model=service.card.name,
                                     return_documents=body.return_documents),
                         headers=space_header(result.space), tokens=result.total_tokens)
 
-    @app.route("POST", "/tokenize")
+    @routes.route("POST", "/tokenize")
     async def tokenize(request: Request) -> Response:
-        raw = body_of(request)
+        raw = await body_of(request)
         if isinstance(raw, dict) and "inputs" in raw and "input" not in raw:
-            request.error_style = Style.TEI
+            request.scope[STYLE_KEY] = Style.TEI
             return await tei_tokenize(raw)
         body = TokenizeRequest.parse(raw)
         service.check_model(body.model)
@@ -178,16 +191,25 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return {"id": name, "object": "model", "created": 0, "owned_by": "hedgerow",
                 "dimensions": card.dimensions, "max_tokens": card.max_tokens}
 
-    @app.route("GET", "/v1/models")
+    @routes.route("GET", "/v1/models")
     async def models(request: Request) -> Response:
-        api_keys.check(request.header(b"authorization"))
+        api_keys.check(header(request, "authorization"))
         return json_response({"object": "list",
                               "data": [model_entry(name) for name in service.model_names]})
 
-    @app.route("GET", "/v1/models/{model}")
+    def model_path_name(request: Request) -> str:
+        """The model named in the path, %-decoded (so `%2F` is a slash), strictly UTF-8."""
+        raw = request.scope["raw_path"][len(MODELS_PATH):].decode("latin-1")
+        try:
+            return urllib.parse.unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            raise RequestError(f"the path {request.scope['raw_path'].decode('latin-1')!r} is "
+                               "not valid UTF-8 once %-decoded", code="invalid_encoding") from None
+
+    @routes.route("GET", MODELS_PATH + "{model:path}")
     async def model(request: Request) -> Response:
-        api_keys.check(request.header(b"authorization"))
-        name = request.path_params["model"]
+        api_keys.check(header(request, "authorization"))
+        name = model_path_name(request)
         if name not in service.model_names:
             served = " or ".join(repr(known) for known in service.model_names)
             raise ModelNotFoundError(f"model {name!r} is not served here; this gateway "
@@ -196,9 +218,9 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
 
     # --- Cohere v2 ----------------------------------------------------------------------------
 
-    @app.route("POST", "/v2/embed", errors=Style.COHERE)
+    @routes.route("POST", "/v2/embed", errors=Style.COHERE)
     async def cohere_embed(request: Request) -> Response:
-        body = cohere.EmbedRequest.parse(body_of(request))
+        body = cohere.EmbedRequest.parse(await body_of(request))
         cohere.check_texts(body.texts)
         result = await service.embed(body.texts, model=body.model, dimensions=body.dimensions,
                                      input_type=body.template_name, truncate=body.truncate,
@@ -207,9 +229,9 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                                body.embedding_types, result.prompt_tokens),
                              result)
 
-    @app.route("POST", "/v2/rerank", errors=Style.COHERE)
+    @routes.route("POST", "/v2/rerank", errors=Style.COHERE)
     async def cohere_rerank(request: Request) -> Response:
-        result = await reranker.rerank(cohere.rerank_request(body_of(request)),
+        result = await reranker.rerank(cohere.rerank_request(await body_of(request)),
                                        deadline=deadline(request))
         return Response(cohere.rerank_body(result), headers=space_header(result.space),
                         tokens=result.total_tokens)
@@ -236,31 +258,31 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return Response(tei.similarity_body(result.embeddings), headers=space_header(result.space),
                         tokens=result.prompt_tokens)
 
-    @app.route("POST", "/embed", errors=Style.TEI)
+    @routes.route("POST", "/embed", errors=Style.TEI)
     async def embed(request: Request) -> Response:
-        return await tei_embed(request, json_object(body_of(request)))
+        return await tei_embed(request, json_object(await body_of(request)))
 
-    @app.route("POST", "/similarity", errors=Style.TEI)
+    @routes.route("POST", "/similarity", errors=Style.TEI)
     async def similarity(request: Request) -> Response:
-        return await tei_similarity(request, json_object(body_of(request)))
+        return await tei_similarity(request, json_object(await body_of(request)))
 
-    @app.route("POST", "/", errors=Style.TEI)
+    @routes.route("POST", "/", errors=Style.TEI)
     async def root(request: Request) -> Response:
         """TEI's default route for an embedding model; InferenceClient's feature_extraction
         and sentence_similarity both post here, told apart by the shape of `inputs`."""
-        raw = json_object(body_of(request))
+        raw = json_object(await body_of(request))
         if tei.is_similarity(raw):
             return await tei_similarity(request, raw)
         return await tei_embed(request, raw)
 
-    @app.route("POST", "/rerank", errors=Style.TEI)
+    @routes.route("POST", "/rerank", errors=Style.TEI)
     async def tei_rerank(request: Request) -> Response:
-        body = tei.rerank_request(body_of(request))
+        body = tei.rerank_request(await body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(tei.rerank_body(result, body.return_documents),
                         headers=space_header(result.space), tokens=result.total_tokens)
 
-    @app.route("GET", "/info", errors=Style.TEI)
+    @routes.route("GET", "/info", errors=Style.TEI)
     async def info(request: Request) -> Response:
         server = service.server_info
         return Response(tei.info_body(
@@ -269,19 +291,19 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             max_client_batch_size=settings.max_inputs, auto_truncate=settings.truncate,
             tokenization_workers=settings.tokenizer_threads))
 
-    @app.route("GET", "/health", errors=Style.TEI)
-    @app.route("GET", "/", errors=Style.TEI)
+    @routes.route("GET", "/health", errors=Style.TEI)
+    @routes.route("GET", "/", errors=Style.TEI)
     async def health(request: Request) -> Response:
         """TEI's health: 200 with an empty body when a server is ready, else 503."""
         if not replicas.ready():
             raise NoReplicaError(NO_REPLICA_MESSAGE)
         return Response(b"", content_type=b"text/plain")
 
-    @app.route("GET", "/healthz")
+    @routes.route("GET", "/healthz")
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
-    @app.route("GET", "/readyz")
+    @routes.route("GET", "/readyz")
     async def readyz(request: Request) -> Response:
         ready = [replica.address for replica in replicas.ready()]
         body = {"status": "ready" if ready else "not ready", "ready_replicas": ready,
@@ -290,8 +312,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             return json_response(body)
         return json_response(body, 503, headers=((b"retry-after", b"1"),))
 
-    @app.route("GET", "/metrics")
+    @routes.route("GET", "/metrics")
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), content_type=metrics.content_type.encode())
 
-    return Gateway(app, start, stop)
+    return app

@@ -29,6 +29,12 @@ class NoReplicaError(NotReadyError):
     """No server is SERVING right now (503 with Retry-After)."""
 
 
+class StoppingError(NotReadyError):
+    """The gateway stopped before the request was answered (503 with Retry-After)."""
+
+    code = "gateway_stopping"
+
+
 class UpstreamOverloadedError(OverloadedError):
     """The servers are too busy for this request: refused at admission, or every server that
     was tried answered RESOURCE_EXHAUSTED (429, with Retry-After `retry_after` seconds)."""

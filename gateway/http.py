@@ -1,35 +1,60 @@
-"""The gateway's HTTP application: its routing table, JSON bodies, errors and latency.
+"""The gateway's routes on FastAPI: JSON bodies, errors in each API's shape, latency, access log.
 
-Owns dispatching a complete request (gateway/protocol.py read it, under its limits) to the
-handler registered for its path and method, JSON bodies with a specific message for every way
-they can be malformed, turning the handler's `Response`, or the error it raised, into the
-answer (in the error shape of the API the route belongs to), one latency observation per
-request under its route and final status, and the access log (gateway/access_log.py). A
-request whose client went away (the protocol cancels its task) is recorded as 499 and logged
-once at INFO. Routing is a dict lookup. Knows nothing about embeddings or sockets.
+Owns registering a handler (`Routes.route`): FastAPI routes it and documents it in
+/openapi.json (the request and answer models given), while the handler itself takes the raw
+`Request` and returns a complete `Response`: the hot routes parse JSON with orjson and
+validate by hand (gateway/schema.py and the other APIs' modules), which measured faster than
+FastAPI's own body parsing. Around every handler: the error it raised becomes the answer in the
+shape of the route's API (gateway/http_errors.py), one latency observation per request under
+its route and final status, and the access log (gateway/access_log.py). A request whose client
+went away (gateway/uvicorn_server.py cancels its task) is recorded as 499 and logged once at
+INFO. No route or no such method is 404 or 405 in OpenAI's shape. Knows nothing about
+embeddings or sockets.
 """
 
 import asyncio
 import logging
 import time
-import urllib.parse
 from typing import Any, Awaitable, Callable
 
 import orjson
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response as StarletteResponse
 
 from hedgerow.errors import HedgerowError
 from hedgerow.gateway import http_errors
 from hedgerow.gateway.access_log import AccessLog
-from hedgerow.gateway.errors import RequestError
+from hedgerow.gateway.errors import RequestError, StoppingError
 from hedgerow.gateway.http_errors import Style
-from hedgerow.gateway.protocol import Request, Response
+from hedgerow.gateway.uvicorn_server import CLIENT_CLOSED_REQUEST, GONE_KEY, TASK_KEY
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway.http")
 
-CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request its client abandoned
+# Set by a handler whose body decides which API's error shape answers (a Style).
+STYLE_KEY = "hedgerow.error_style"
+STOPPING_MESSAGE = "the gateway stopped before this request was answered; retry"
 
-__all__ = ["HttpApp", "Request", "Response", "Style", "json_response", "parse_json"]
+__all__ = ["Request", "Response", "Routes", "Style", "json_response", "parse_json"]
+
+
+class Response(StarletteResponse):
+    """A complete answer: one body, its status and content type, extra headers; `tokens`
+    (what the request cost) is for the access log and never sent."""
+
+    def __init__(self, body: bytes, status: int = 200,
+                 content_type: bytes = b"application/json",
+                 headers: tuple[tuple[bytes, bytes], ...] = (), tokens: int = 0) -> None:
+        # Starlette's constructor renders and encodes header by header; these are bytes already.
+        self.body = body
+        self.status_code = status
+        self.background = None
+        self.tokens = tokens
+        self.raw_headers = [(b"content-type", content_type),
+                            (b"content-length", b"%d" % len(body)), *headers]
 
 
 def parse_json(raw: bytes) -> Any:
@@ -62,100 +87,102 @@ def json_response(value: Any, status: int = 200,
     return Response(orjson.dumps(value), status, headers=headers)
 
 
+def header(request: Request, name: str) -> str | None:
+    """The value of header `name` (lower-case), or None."""
+    return request.headers.get(name)
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 Observe = Callable[[str, int, float], None]  # (route, status, seconds)
 
 
-class HttpApp:
-    """Routes, errors and latency for complete requests; `handle` never raises (but is
-    cancelled with its request when the client goes away)."""
+class _RawRoute(APIRoute):
+    """A FastAPI route (documented, routed) whose endpoint takes the `Request` and returns the
+    `Response`: FastAPI's per-request dependency solving and body parsing are skipped."""
 
-    def __init__(self, observe: Observe, access_log: AccessLog | None = None) -> None:
+    def get_route_handler(self) -> Callable[[Request], Awaitable[StarletteResponse]]:
+        return self.endpoint
+
+
+class Routes:
+    """Registers handlers on `app`, each guarded as the module docstring says."""
+
+    def __init__(self, app: FastAPI, observe: Observe, access_log: AccessLog | None = None
+                 ) -> None:
+        self._app = app
         self._observe = observe
         self._access_log = access_log or AccessLog(0.0)
-        self._routes: dict[str, dict[str, Handler]] = {}
-        # Routes ending in a parameter: (prefix, route, parameter name, method -> handler).
-        self._prefixes: list[tuple[str, str, str, dict[str, Handler]]] = []
         self._styles: dict[str, Style] = {}  # route -> the error shape it answers in
-        self.state: Any = None  # what the app's builder wants reachable (tests read it)
+        app.add_exception_handler(HTTPException, self._unrouted)
 
-    def route(self, method: str, path: str, errors: Style = Style.OPENAI
+    def route(self, method: str, path: str, errors: Style = Style.OPENAI, **docs
               ) -> Callable[[Handler], Handler]:
         """Register a handler for `method` on `path`, answering errors in the `errors` API's
-        shape; a path ending in `/{name}` matches any last segment, percent-decoded (so
-        `%2F` is a slash) and handed over in `request.path_params[name]`."""
+        shape; `docs` are FastAPI's documentation arguments (summary, response_model,
+        openapi_extra, ...)."""
         self._styles[path] = errors
+        label = path.replace(":path}", "}")  # metrics and logs name the route as documented
 
         def register(handler: Handler) -> Handler:
-            if not path.endswith("}"):
-                self._routes.setdefault(path, {})[method] = handler
-                return handler
-            prefix, _, name = path[:-1].rpartition("/{")
-            for _, route, _, methods in self._prefixes:
-                if route == path:
-                    methods[method] = handler
-                    return handler
-            self._prefixes.append((prefix + "/", path, name, {method: handler}))
+            self._app.router.add_api_route(path, self._guarded(handler, method, label, errors),
+                                           methods=[method], route_class_override=_RawRoute,
+                                           name=handler.__name__, **docs)
             return handler
         return register
 
-    def _find(self, path: str) -> tuple[str, dict[str, Handler], dict[str, str]] | None:
-        methods = self._routes.get(path)
-        if methods is not None:
-            return path, methods, {}
-        for prefix, route, name, methods in self._prefixes:
-            rest = path[len(prefix):]
-            if path.startswith(prefix) and rest and "/" not in rest:
-                try:
-                    value = urllib.parse.unquote(rest, errors="strict")
-                except UnicodeDecodeError:
-                    raise RequestError(f"the path {path!r} is not valid UTF-8 once %-decoded",
-                                       code="invalid_encoding") from None
-                return route, methods, {name: value}
-        return None
+    def _guarded(self, handler: Handler, method: str, route: str, style: Style) -> Handler:
+        observe, access_log = self._observe, self._access_log
 
-    async def handle(self, request: Request) -> Response:
-        started = time.perf_counter()
-        method, path = request.method, request.path
-        route = "unmatched"
-        try:
-            found = self._find(path)
-            if found is None:
-                raise http_errors.RouteError(404, f"no route {method} {path}")
-            route = found[0]
-            handler = found[1].get(method)
-            if handler is None:
-                raise http_errors.RouteError(
-                    405, f"{path} does not accept {method}",
-                    headers=((b"allow", ", ".join(sorted(found[1])).encode()),))
-            request.path_params = found[2]
-            response = await handler(request)
-        except asyncio.CancelledError:
-            log.info("%s", fields(event="request.abandoned", method=method, path=path,
-                                  seconds=round(time.perf_counter() - started, 4)))
-            self._observe(route, CLIENT_CLOSED_REQUEST, time.perf_counter() - started)
-            raise
-        except HedgerowError as error:
-            status, body, headers = http_errors.answer_for(
-                error, request.error_style or self._styles.get(route, Style.OPENAI))
-            response = Response(body, status, headers=headers)
-        except Exception:
-            log.exception("%s", fields(event="request.failed", method=method, path=path))
-            status, body, headers = http_errors.internal_error(
-                self._styles.get(route, Style.OPENAI))
-            response = Response(body, status, headers=headers)
-        elapsed = time.perf_counter() - started
-        self._observe(route, response.status, elapsed)
-        self._access_log.record(method, route, response.status, response.tokens, elapsed)
-        return response
+        async def endpoint(request: Request) -> Response:
+            started = time.perf_counter()
+            scope = request.scope
+            scope[TASK_KEY] = asyncio.current_task()
+            try:
+                response = await handler(request)
+            except ClientDisconnect:  # left while sending: counted by the server as "unread"
+                return Response(b"", CLIENT_CLOSED_REQUEST)
+            except asyncio.CancelledError:
+                elapsed = time.perf_counter() - started
+                if scope.get(GONE_KEY):
+                    log.info("%s", fields(event="request.abandoned", method=method,
+                                          path=scope["path"], seconds=round(elapsed, 4)))
+                    observe(route, CLIENT_CLOSED_REQUEST, elapsed)
+                    return Response(b"", CLIENT_CLOSED_REQUEST)  # never sent: no one is there
+                # The stop's grace ran out while this request was still being answered.
+                log.warning("%s", fields(event="gateway.stop_abandoned", method=method,
+                                         path=scope["path"]))
+                status, body, headers = http_errors.answer_for(
+                    StoppingError(STOPPING_MESSAGE), scope.get(STYLE_KEY, style))
+                observe(route, status, elapsed)
+                return Response(body, status, headers=headers)
+            except HedgerowError as error:
+                status, body, headers = http_errors.answer_for(error, scope.get(STYLE_KEY, style))
+                response = Response(body, status, headers=headers)
+            except Exception:
+                log.exception("%s", fields(event="request.failed", method=method,
+                                           path=scope["path"]))
+                status, body, headers = http_errors.internal_error(style)
+                response = Response(body, status, headers=headers)
+            elapsed = time.perf_counter() - started
+            observe(route, response.status_code, elapsed)
+            access_log.record(method, route, response.status_code, response.tokens, elapsed)
+            return response
 
-    def refusal(self, status: int, message: str) -> bytes:
-        """The body of an answer the protocol makes itself (timeouts, limits, bad framing)."""
-        self._observe("unread", status, 0.0)
-        return http_errors.error_body(message, "invalid_request_error",
-                                      code=http_errors.PROTOCOL_CODES.get(status))
+        endpoint.__name__ = handler.__name__
+        endpoint.__doc__ = handler.__doc__
+        return endpoint
 
-    def abandoned(self) -> None:
-        """A client left while sending its request: 499, one INFO line."""
-        log.info("%s", fields(event="request.abandoned", phase="sending"))
-        self._observe("unread", CLIENT_CLOSED_REQUEST, 0.0)
+    async def _unrouted(self, request: Request, error: HTTPException) -> Response:
+        """No route for the path (404), or not for the method (405, with Allow)."""
+        method, path = request.method, request.scope["path"]
+        if error.status_code == 405:
+            message = f"{path} does not accept {method}"
+            allowed = {k.lower(): v for k, v in (error.headers or {}).items()}.get("allow", "")
+            extra = ((b"allow", allowed.encode()),)
+        else:
+            message, extra = f"no route {method} {path}", ()
+        style = self._styles.get(path, Style.OPENAI)
+        status, body, headers = http_errors.answer_for(
+            http_errors.RouteError(error.status_code, message, headers=extra), style)
+        self._observe("unmatched", status, 0.0)
+        return Response(body, status, headers=headers)

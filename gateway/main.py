@@ -1,8 +1,9 @@
 """`hedgerow gateway`: the HTTP gateway in front of one or more embedding servers.
 
 Owns start-up: read the settings once, check the tokenizer and the model card load, bind the
-port (a clear error when it is taken), and serve it (gateway/protocol.py, on uvloop) in
-`--workers` processes that share the socket; each worker builds its own app. With more than one
+port (a clear error when it is taken), and serve it (uvicorn on uvloop, under the limits of
+gateway/uvicorn_server.py) in `--workers` processes that share the socket; each worker builds
+its own app. With more than one
 worker, the workers' metrics go through a shared directory (gateway/metrics.py). SIGINT and
 SIGTERM stop it cleanly with status 0: requests already read are answered within the grace.
 """
@@ -10,11 +11,9 @@ SIGTERM stop it cleanly with status 0: requests already read are answered within
 import argparse
 import asyncio
 import errno
-import gc
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 
@@ -83,31 +82,20 @@ def worker_count(config: GatewaySettings) -> int:
 
 def serve_one(config: GatewaySettings, sock: socket.socket) -> int:
     """One worker: build the app and serve `sock` until SIGINT or SIGTERM; returns 0."""
-    from hedgerow.gateway.protocol import HttpServer, Limits
-
-    gateway = build_app(config)
-    limits = Limits(head_timeout=config.head_timeout, body_timeout=config.body_timeout,
-                    keep_alive_timeout=config.keep_alive_timeout,
-                    max_body_bytes=config.max_body_bytes,
-                    max_connections=config.max_connections)
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await gateway.start()
-        # What exists now lives until exit: keep it out of the collector's full passes.
-        gc.freeze()
-        server = HttpServer(gateway.app, limits)
-        await server.start(sock)
-        await stop.wait()
-        await server.stop(GRACEFUL_STOP_S)
-        await gateway.stop()
-        return 0
-
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(main())
+        runner.run(http_server(config, build_app(config)).serve(sockets=[sock]))
+    return 0
+
+
+def http_server(config: GatewaySettings, app):
+    """The uvicorn server for `app` under `config`'s limits (not started)."""
+    from hedgerow.gateway import uvicorn_server
+
+    limits = uvicorn_server.Limits(
+        head_timeout=config.head_timeout, body_timeout=config.body_timeout,
+        max_body_bytes=config.max_body_bytes, max_connections=config.max_connections)
+    return uvicorn_server.server(app, limits, app.state.metrics.observe_request,
+                                 config.keep_alive_timeout, GRACEFUL_STOP_S)
 
 
 def _loop_factory():

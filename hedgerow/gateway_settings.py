@@ -164,6 +164,11 @@ class GatewaySettings:
         "of the gateway's own time per short request); an unsampled request almost none.",
         unit="fraction", minimum=0, maximum=1,
     )
+    docs: bool = setting(
+        True,
+        "Serve the interactive API documentation (Swagger UI) at /docs; /openapi.json is "
+        "served either way.",
+    )
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
     log_format: str = format_setting()
 

@@ -28,8 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from hedgerow import settings
 from hedgerow.commands.serve import server_serving
-from hedgerow.gateway.main import build_app
-from hedgerow.gateway.protocol import HttpServer, Limits
+from hedgerow.gateway.main import build_app, http_server
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
@@ -170,44 +169,34 @@ def make_settings(**overrides) -> GatewaySettings:
 
 
 class LiveGateway:
-    """The gateway for `config`, served by its real HTTP server on a loopback port from a thread
-    with its own event loop (as one worker of `hedgerow gateway` runs it); `client` is an
-    httpx.Client for it, with the app reachable as `client.app`."""
+    """The gateway for `config`, served by its real HTTP server (uvicorn under the gateway's
+    limits) on a loopback port from a thread with its own event loop, as one worker of
+    `hedgerow gateway` runs it; `client` is an httpx.Client for it, with the app reachable as
+    `client.app`."""
 
     def __init__(self, config) -> None:
-        self.gateway = build_app(config)
+        self.app = build_app(config)
         self.port = free_port()
+        self._server = http_server(config, self.app)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(128)
         self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        started = threading.Event()
-        limits = Limits(head_timeout=config.head_timeout, body_timeout=config.body_timeout,
-                        keep_alive_timeout=config.keep_alive_timeout,
-                        max_body_bytes=config.max_body_bytes,
-                        max_connections=config.max_connections)
-
-        async def serve() -> None:
-            self._stop = asyncio.Event()
-            await self.gateway.start()
-            server = HttpServer(self.gateway.app, limits)
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", self.port))
-            sock.listen(128)
-            await server.start(sock)
-            started.set()
-            await self._stop.wait()
-            await server.stop(5.0)
-            await self.gateway.stop()
-
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(serve(),),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(self._server.serve(sockets=[sock]),),
+            daemon=True)
         self._thread.start()
-        assert started.wait(30), "the gateway did not start"
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            assert self._thread.is_alive() and time.monotonic() < deadline, \
+                "the gateway did not start"
+            time.sleep(0.01)
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
-        self.client.app = self.gateway.app
+        self.client.app = self.app
 
     def close(self) -> None:
         self.client.close()
-        self._loop.call_soon_threadsafe(self._stop.set)
+        self._server.should_exit = True
         self._thread.join(30)
 
 

@@ -96,7 +96,8 @@ def _closure(requirements_: list[Requirement]) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("extra, needed", [("gateway", {"httptools", "grpcio", "tokenizers"}),
+@pytest.mark.parametrize("extra, needed", [("gateway", {"fastapi", "uvicorn", "httptools", "grpcio",
+                                                        "tokenizers"}),
                                            ("operator", {"kopf", "kubernetes", "aiohttp"})])
 def test_cpu_images_pull_no_torch(extra, needed):
     closure = _closure(_extra_requirements(extra))
