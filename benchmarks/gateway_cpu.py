@@ -4,6 +4,8 @@
     .venv/bin/python -P benchmarks/gateway_cpu.py --server 127.0.0.1:50051 --gateway http://127.0.0.1:8080
     .venv/bin/python -P benchmarks/gateway_cpu.py --stand-in-ms 0    # the gateway alone
     .venv/bin/python -P benchmarks/gateway_cpu.py --server-flags "--host-cpu off" -- --workers 1
+    .venv/bin/python -P benchmarks/gateway_cpu.py --server 127.0.0.1:50051 \
+        --gateway http://127.0.0.1:8080 --versus http://127.0.0.1:8081   # two gateways, paired
 
 Unless `--server` and `--gateway` are given, starts `hedgerow server` (packaged all-MiniLM-L6-v2,
 CPU, its defaults and any `--server-flags`) and `hedgerow gateway` in front of it (its defaults:
@@ -20,7 +22,9 @@ the real model. Then measures:
      answer: JSON, tokenization, routing, gRPC, JSON back). The table gives p50 and p99 of each
      path and of the per-pair difference (what the gateway adds), pooled over `--rounds` rounds,
      and the median of the per-round difference p50s. The HTTP client is a few lines of socket
-     code, so that the gateway's cost is not hidden behind a client library's.
+     code, so that the gateway's cost is not hidden behind a client library's. With `--versus
+     URL` a second gateway in front of the same server (another commit's, say) takes a turn in
+     every pair too, and the table adds what it adds over the first, request by request.
   2. tokenization throughput of the gateway's tokenizer (HF `tokenizers`, batch encode, in this
      process): `--texts` texts of mixed length in batches of `--batch`; texts/s and tokens/s;
      and each query tokenized alone, back to back and after 10 ms of sleep each time.
@@ -88,34 +92,44 @@ class HttpConnection:
         self._sock.close()
 
 
-def paired(server: str, gateway: str, tokenizer: TextTokenizer, text: str, requests: int,
-           rounds: int) -> dict:
+def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str,
+           requests: int, rounds: int) -> dict:
+    """Latencies (ms) straight to `server` and through each of `gateways`, request by request
+    in turn; "added" is through the first gateway minus straight, "versus" through the second
+    minus through the first."""
     ids = tokenizer.encode_sync([text], "", 100_000, False).input_ids
     request = embed_pb2.EmbedRequest(input_ids=ids.tobytes(),
                                       cu_seqlens=np.asarray([0, len(ids)], "<i4").tobytes())
-    http = HttpConnection(gateway, "/v1/embeddings", json.dumps({"input": text}).encode())
-    direct, through, medians = [], [], []
+    body = json.dumps({"input": text}).encode()
+    https = [HttpConnection(url, "/v1/embeddings", body) for url in gateways]
+    direct, through, medians = [], [[] for _ in gateways], []
     try:
         with grpc.insecure_channel(server) as channel:
             stub = embed_pb2_grpc.EmbedderStub(channel)
             for _ in range(20):  # warm-up: connections, caches, the engine's first shapes
                 stub.Embed(request, timeout=60)
-                http.post()
+                for http in https:
+                    http.post()
             for _ in range(rounds):
                 first = len(direct)
                 for _ in range(requests):
                     began = time.perf_counter()
                     stub.Embed(request, timeout=60)
                     direct.append(time.perf_counter() - began)
-                    began = time.perf_counter()
-                    http.post()
-                    through.append(time.perf_counter() - began)
-                medians.append(float(np.median(np.subtract(through[first:], direct[first:]))))
+                    for http, times in zip(https, through):
+                        began = time.perf_counter()
+                        http.post()
+                        times.append(time.perf_counter() - began)
+                medians.append(float(np.median(np.subtract(through[0][first:], direct[first:]))))
     finally:
-        http.close()
-    d, t = np.asarray(direct) * 1e3, np.asarray(through) * 1e3
-    return {"tokens": len(ids), "direct": d, "through": t, "added": t - d,
-            "round_medians": np.asarray(medians) * 1e3}
+        for http in https:
+            http.close()
+    d, t = np.asarray(direct) * 1e3, [np.asarray(times) * 1e3 for times in through]
+    result = {"tokens": len(ids), "direct": d, "through": t[0], "added": t[0] - d,
+              "round_medians": np.asarray(medians) * 1e3}
+    if len(t) > 1:
+        result.update(versus_through=t[1], versus_added=t[1] - d, versus=t[1] - t[0])
+    return result
 
 
 def one_text(tokenizer: TextTokenizer, text: str, pause: float, count: int = 300) -> float:
@@ -155,6 +169,9 @@ def main() -> int:
     parser.add_argument("--batch", type=at_least(1), default=256)
     parser.add_argument("--server", help="a running server's gRPC host:port")
     parser.add_argument("--gateway", help="a running gateway's URL in front of --server")
+    parser.add_argument("--versus", metavar="URL",
+                        help="a second running gateway in front of --server, paired with the "
+                        "first request by request")
     parser.add_argument("--stand-in-ms", type=float, metavar="MS",
                         help="put the gateway in front of a stand-in server answering MS ms "
                         "after each request reaches it (timing only, no model)")
@@ -167,6 +184,9 @@ def main() -> int:
     if args.stand_in_ms is not None and (args.stand_in_ms < 0 or args.server):
         parser.error("--stand-in-ms takes a time >= 0, and starts its own server and gateway "
                      "(not with --server/--gateway)")
+    if args.versus and not (args.server and args.gateway):
+        parser.error("--versus needs --server and --gateway: both gateways in front of one "
+                     "running server")
     if args.server_flags and (args.server or args.stand_in_ms is not None):
         parser.error("--server-flags applies to the model server started here (not with "
                      "--server or --stand-in-ms)")
@@ -189,7 +209,8 @@ def main() -> int:
             children.append(start(["gateway", "--servers", server, "--port", str(gw_port),
                                    *args.gateway_flags]))
             wait("gateway", children[-1], lambda: ready(gateway))
-        results = [paired(server, gateway, tokenizer, text, args.requests, args.rounds)
+        gateways = [gateway, *([args.versus] if args.versus else [])]
+        results = [paired(server, gateways, tokenizer, text, args.requests, args.rounds)
                    for text in (SHORT, LONG)]
         texts_s, tokens_s, tokens = tokenization(tokenizer, args.texts, args.batch)
         alone = {(text, pause): one_text(tokenizer, text, pause)
@@ -206,9 +227,14 @@ def main() -> int:
     print("| query | path | p50 ms | p99 ms |\n| --- | --- | ---: | ---: |")
     for result in results:
         name = f"{result['tokens']} tokens"
-        for label, key in (("straight to the server (gRPC, token ids)", "direct"),
-                           ("through the gateway (HTTP JSON, text)", "through"),
-                           ("added by the gateway (paired difference)", "added")):
+        rows = [("straight to the server (gRPC, token ids)", "direct"),
+                ("through the gateway (HTTP JSON, text)", "through"),
+                ("added by the gateway (paired difference)", "added")]
+        if "versus" in result:
+            rows += [("through --versus", "versus_through"),
+                     ("added by --versus (paired difference)", "versus_added"),
+                     ("--versus minus the gateway (paired difference)", "versus")]
+        for label, key in rows:
             values = result[key]
             print(f"| {name} | {label} | {np.percentile(values, 50):.2f} | "
                   f"{np.percentile(values, 99):.2f} |")

@@ -29,6 +29,7 @@ from hedgerow.gateway.auth import ApiKeys
 from hedgerow.gateway.errors import ModelNotFoundError, NoReplicaError, RequestError
 from hedgerow.gateway.http import (
     STYLE_KEY,
+    GatewayApp,
     Request,
     Response,
     Routes,
@@ -80,7 +81,7 @@ def _seconds(raw: str | None) -> float | None:
 
 
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,
-               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> FastAPI:
+               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> GatewayApp:
     """The gateway's FastAPI app; its lifespan starts and stops discovery and health
     watching. `app.state` holds the service, the replicas and the metrics."""
     metrics = metrics or GatewayMetrics()
@@ -108,7 +109,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         await replicas.close()
         tokenizer.close()
 
-    app = FastAPI(title="Hedgerow gateway", version=openapi.VERSION,
+    app = GatewayApp(title="Hedgerow gateway", version=openapi.VERSION,
                   description=openapi.DESCRIPTION, lifespan=lifespan,
                   docs_url="/docs" if settings.docs else None, redoc_url=None)
     app.state.service, app.state.replicas, app.state.metrics = service, replicas, metrics

@@ -21,6 +21,8 @@ import orjson
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.routing import Match
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response as StarletteResponse
 
@@ -96,18 +98,62 @@ Handler = Callable[[Request], Awaitable[Response]]
 Observe = Callable[[str, int, float], None]  # (route, status, seconds)
 
 
+class GatewayApp(FastAPI):
+    """FastAPI, lighter per request where the gateway has no use for the weight.
+
+    A request for one of the gateway's own routes without path parameters, by a method it
+    accepts, goes straight to that FastAPI route (looked up by method and path in `exact`, which
+    `Routes` fills); everything else (docs, path parameters, 404, 405) takes FastAPI's whole
+    stack. That stack is also cut to the exception handlers (404, 405): FastAPI's default adds
+    a server-error page, telemetry, a body limit and an exit stack for uploaded files, which
+    the gateway's routes (which never raise, take no uploads, and whose body limit is the HTTP
+    server's) do not need. Together these took 90 µs off every request here, and FastAPI's
+    router alone tries each route in turn, at about 5 µs a route."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(telemetry={"tracing": False, "metrics": False, "logs": False},
+                         **kwargs)
+        self.exact: dict[tuple[str, str], "_RawRoute"] = {}
+
+    async def __call__(self, scope, receive, send) -> None:
+        route = self.exact.get((scope.get("method"), scope.get("path")))
+        if route is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        await route.app(scope, receive, send)
+
+    def build_middleware_stack(self):
+        handlers = {key: handler for key, handler in self.exception_handlers.items()
+                    if key not in (500, Exception)}
+        return ExceptionMiddleware(self.router, handlers=handlers)
+
+
 class _RawRoute(APIRoute):
     """A FastAPI route (documented, routed) whose endpoint takes the `Request` and returns the
-    `Response`: FastAPI's per-request dependency solving and body parsing are skipped."""
+    `Response`: FastAPI's per-request dependency solving and body parsing are skipped, and a
+    path without parameters is told apart by comparing strings before any pattern is tried
+    (FastAPI tries each route in turn: about 5 µs a route otherwise)."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[StarletteResponse]]:
-        return self.endpoint
+    def __init__(self, path: str, endpoint, **kwargs) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        self._exact = "{" not in path
+        self.app = self._asgi
+
+    async def _asgi(self, scope, receive, send) -> None:
+        response = await self.endpoint(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    def matches(self, scope) -> tuple[Match, dict]:
+        if self._exact and scope.get("path") != self.path:
+            return Match.NONE, {}
+        return super().matches(scope)
 
 
 class Routes:
     """Registers handlers on `app`, each guarded as the module docstring says."""
 
-    def __init__(self, app: FastAPI, observe: Observe, access_log: AccessLog | None = None
+    def __init__(self, app: GatewayApp, observe: Observe, access_log: AccessLog | None = None
                  ) -> None:
         self._app = app
         self._observe = observe
@@ -124,9 +170,14 @@ class Routes:
         label = path.replace(":path}", "}")  # metrics and logs name the route as documented
 
         def register(handler: Handler) -> Handler:
-            self._app.router.add_api_route(path, self._guarded(handler, method, label, errors),
-                                           methods=[method], route_class_override=_RawRoute,
-                                           name=handler.__name__, **docs)
+            router = self._app.router
+            router.add_api_route(path, self._guarded(handler, method, label, errors),
+                                 methods=[method], route_class_override=_RawRoute,
+                                 name=handler.__name__, **docs)
+            if "{" not in path:
+                self._app.exact[method, path] = router.routes[-1]
+            # The gateway's routes before FastAPI's own (/openapi.json, /docs): tried first.
+            router.routes.sort(key=lambda route: not isinstance(route, _RawRoute))
             return handler
         return register
 

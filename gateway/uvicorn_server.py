@@ -12,6 +12,8 @@ protocol class (`uvicorn.Config(http=...)`), subclassed here:
 - at most --max-connections open connections: the next one is answered 503 and closed;
 - a client that hangs up before its answer cancels its request's task (in-flight gRPC calls are
   cancelled) and is counted 499, never an error;
+- an answer is one write (one system call, one wakeup of the client): uvicorn writes the
+  head and the body separately, which cost the gateway a third of its time per short request;
 - a stop that closes uploads in progress at once (a stalled upload is not waited for), lets
   requests already read finish within the grace, then cancels what is left.
 The answers it makes itself are in OpenAI's error shape and counted under route "unread".
@@ -58,6 +60,35 @@ class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class _OneWrite:
+    """The transport as a response cycle sees it: the head uvicorn writes at
+    `http.response.start` is held and written with the body's first part (uvicorn writes one
+    for every answer but HEAD's, an empty one too), so that an answer is one write."""
+
+    __slots__ = ("_transport", "_head")
+
+    def __init__(self, transport) -> None:
+        self._transport = transport
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._head is None and data.startswith(b"HTTP/1.1 ") and not data.startswith(
+                b"HTTP/1.1 100 "):
+            self._head = data
+            return
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._head is not None:
+            self._transport.write(self._head)
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -149,6 +180,8 @@ class GuardedProtocol(HttpToolsProtocol):
                                     "are accepted (--max-body-bytes)")
         self._arm(self.limits.body_timeout, self._body_timed_out)
         super().on_headers_complete()
+        if self.scope["method"] != "HEAD":  # a HEAD answer's head has no body part to join
+            self.cycle.transport = _OneWrite(self.transport)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
