@@ -22,6 +22,7 @@ import logging
 import urllib.parse
 
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 
 from hedgerow.gateway import cohere, openapi, tei
 from hedgerow.gateway.access_log import AccessLog
@@ -139,7 +140,10 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         api_keys.check(header(request, "authorization"))
         return parse_json(await request.body())
 
-    @routes.route("POST", "/v1/embeddings")
+    @routes.route("POST", "/v1/embeddings", tags=["OpenAI"], summary="Create embeddings",
+                  openapi_extra=openapi.body(openapi.EmbeddingsRequest),
+                  response_model=openapi.EmbeddingsResponse,
+                  responses=openapi.errors(openapi.OpenAIError))
     async def embeddings(request: Request) -> Response:
         body = EmbeddingsRequest.parse(await body_of(request))
         result = await service.embed(body.input, model=body.model, dimensions=body.dimensions,
@@ -159,7 +163,11 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
                         headers=headers, tokens=result.prompt_tokens)
 
-    @routes.route("POST", "/v1/rerank")
+    @routes.route("POST", "/v1/rerank", tags=["Rerank (Cohere v1, Jina)"],
+                  summary="Rank documents against a query",
+                  openapi_extra=openapi.body(openapi.RerankRequest),
+                  response_model=openapi.RerankResponse,
+                  responses=openapi.errors(openapi.OpenAIError))
     async def rerank(request: Request) -> Response:
         body = RerankRequest.parse(await body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
@@ -167,7 +175,9 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                     return_documents=body.return_documents),
                         headers=space_header(result.space), tokens=result.total_tokens)
 
-    @routes.route("POST", "/tokenize")
+    @routes.route("POST", "/tokenize", tags=["OpenAI"], summary="Tokenize (OpenAI or TEI style)",
+                  openapi_extra=openapi.body(openapi.TokenizeRequest),
+                  responses=openapi.errors(openapi.OpenAIError))
     async def tokenize(request: Request) -> Response:
         raw = await body_of(request)
         if isinstance(raw, dict) and "inputs" in raw and "input" not in raw:
@@ -192,7 +202,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return {"id": name, "object": "model", "created": 0, "owned_by": "hedgerow",
                 "dimensions": card.dimensions, "max_tokens": card.max_tokens}
 
-    @routes.route("GET", "/v1/models")
+    @routes.route("GET", "/v1/models", tags=["OpenAI"], summary="List the served model",
+                  response_model=openapi.ModelList)
     async def models(request: Request) -> Response:
         api_keys.check(header(request, "authorization"))
         return json_response({"object": "list",
@@ -207,7 +218,10 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             raise RequestError(f"the path {request.scope['raw_path'].decode('latin-1')!r} is "
                                "not valid UTF-8 once %-decoded", code="invalid_encoding") from None
 
-    @routes.route("GET", MODELS_PATH + "{model:path}")
+    @routes.route("GET", MODELS_PATH + "{model:path}", tags=["OpenAI"],
+                  summary="Describe the served model", response_model=openapi.Model,
+                  openapi_extra=openapi.MODEL_PARAMETER,
+                  responses=openapi.errors(openapi.OpenAIError))
     async def model(request: Request) -> Response:
         api_keys.check(header(request, "authorization"))
         name = model_path_name(request)
@@ -219,7 +233,9 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
 
     # --- Cohere v2 ----------------------------------------------------------------------------
 
-    @routes.route("POST", "/v2/embed", errors=Style.COHERE)
+    @routes.route("POST", "/v2/embed", errors=Style.COHERE, tags=["Cohere v2"],
+                  summary="Embed texts", openapi_extra=openapi.body(openapi.CohereEmbedRequest),
+                  responses=openapi.errors(openapi.CohereError))
     async def cohere_embed(request: Request) -> Response:
         body = cohere.EmbedRequest.parse(await body_of(request))
         cohere.check_texts(body.texts)
@@ -230,7 +246,10 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                                                body.embedding_types, result.prompt_tokens),
                              result)
 
-    @routes.route("POST", "/v2/rerank", errors=Style.COHERE)
+    @routes.route("POST", "/v2/rerank", errors=Style.COHERE, tags=["Cohere v2"],
+                  summary="Rank documents against a query",
+                  openapi_extra=openapi.body(openapi.CohereRerankRequest),
+                  responses=openapi.errors(openapi.CohereError))
     async def cohere_rerank(request: Request) -> Response:
         result = await reranker.rerank(cohere.rerank_request(await body_of(request)),
                                        deadline=deadline(request))
@@ -259,15 +278,25 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return Response(tei.similarity_body(result.embeddings), headers=space_header(result.space),
                         tokens=result.prompt_tokens)
 
-    @routes.route("POST", "/embed", errors=Style.TEI)
+    @routes.route("POST", "/embed", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="Embed", openapi_extra=openapi.body(openapi.TeiEmbedRequest),
+                  response_model=list[list[float]],
+                  responses=openapi.errors(openapi.TeiError, invalid=422))
     async def embed(request: Request) -> Response:
         return await tei_embed(request, json_object(await body_of(request)))
 
-    @routes.route("POST", "/similarity", errors=Style.TEI)
+    @routes.route("POST", "/similarity", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="Similarity of sentences to a source sentence",
+                  openapi_extra=openapi.body(openapi.TeiSimilarityRequest),
+                  response_model=list[float],
+                  responses=openapi.errors(openapi.TeiError, invalid=422))
     async def similarity(request: Request) -> Response:
         return await tei_similarity(request, json_object(await body_of(request)))
 
-    @routes.route("POST", "/", errors=Style.TEI)
+    @routes.route("POST", "/", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="Embed, or similarity (TEI's default route)",
+                  openapi_extra=openapi.body(openapi.TeiRootRequest),
+                  responses=openapi.errors(openapi.TeiError, invalid=422))
     async def root(request: Request) -> Response:
         """TEI's default route for an embedding model; InferenceClient's feature_extraction
         and sentence_similarity both post here, told apart by the shape of `inputs`."""
@@ -276,14 +305,19 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             return await tei_similarity(request, raw)
         return await tei_embed(request, raw)
 
-    @routes.route("POST", "/rerank", errors=Style.TEI)
+    @routes.route("POST", "/rerank", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="Rank texts against a query",
+                  openapi_extra=openapi.body(openapi.TeiRerankRequest),
+                  response_model=list[openapi.TeiRank],
+                  responses=openapi.errors(openapi.TeiError, invalid=422))
     async def tei_rerank(request: Request) -> Response:
         body = tei.rerank_request(await body_of(request))
         result = await reranker.rerank(body, deadline=deadline(request))
         return Response(tei.rerank_body(result, body.return_documents),
                         headers=space_header(result.space), tokens=result.total_tokens)
 
-    @routes.route("GET", "/info", errors=Style.TEI)
+    @routes.route("GET", "/info", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="The served model and limits")
     async def info(request: Request) -> Response:
         server = service.server_info
         return Response(tei.info_body(
@@ -292,19 +326,22 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             max_client_batch_size=settings.max_inputs, auto_truncate=settings.truncate,
             tokenization_workers=settings.tokenizer_threads))
 
-    @routes.route("GET", "/health", errors=Style.TEI)
-    @routes.route("GET", "/", errors=Style.TEI)
+    @routes.route("GET", "/health", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="200 when a server is ready, else 503")
+    @routes.route("GET", "/", errors=Style.TEI, tags=["Text Embeddings Inference"],
+                  summary="200 when a server is ready, else 503")
     async def health(request: Request) -> Response:
         """TEI's health: 200 with an empty body when a server is ready, else 503."""
         if not replicas.ready():
             raise NoReplicaError(NO_REPLICA_MESSAGE)
         return Response(b"", content_type=b"text/plain")
 
-    @routes.route("GET", "/healthz")
+    @routes.route("GET", "/healthz", tags=["Operations"], summary="The process is up")
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
-    @routes.route("GET", "/readyz")
+    @routes.route("GET", "/readyz", tags=["Operations"],
+                  summary="200 when a server is ready, else 503", response_model=openapi.Readiness)
     async def readyz(request: Request) -> Response:
         ready = [replica.address for replica in replicas.ready()]
         body = {"status": "ready" if ready else "not ready", "ready_replicas": ready,
@@ -313,7 +350,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             return json_response(body)
         return json_response(body, 503, headers=((b"retry-after", b"1"),))
 
-    @routes.route("GET", "/metrics")
+    @routes.route("GET", "/metrics", tags=["Operations"], summary="Prometheus metrics",
+                  response_class=PlainTextResponse)
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), content_type=metrics.content_type.encode())
 

@@ -123,6 +123,16 @@ class GatewayApp(FastAPI):
         scope["app"] = self
         await route.app(scope, receive, send)
 
+    def openapi(self) -> dict:
+        """FastAPI's document, plus the request schemas the routes name (gateway/openapi.py:
+        the routes parse their own bodies, so FastAPI does not see the models)."""
+        if self.openapi_schema is None:
+            from hedgerow.gateway.openapi import request_schemas
+
+            components = super().openapi().setdefault("components", {})
+            components.setdefault("schemas", {}).update(request_schemas())
+        return self.openapi_schema
+
     def build_middleware_stack(self):
         handlers = {key: handler for key, handler in self.exception_handlers.items()
                     if key not in (500, Exception)}
