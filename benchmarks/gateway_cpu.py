@@ -22,7 +22,9 @@ the real model. Then measures:
      answer: JSON, tokenization, routing, gRPC, JSON back). The table gives p50 and p99 of each
      path and of the per-pair difference (what the gateway adds), pooled over `--rounds` rounds,
      and the median of the per-round difference p50s. The HTTP client is a few lines of socket
-     code, so that the gateway's cost is not hidden behind a client library's. With `--versus
+     code, so that the gateway's cost is not hidden behind a client library's; a third path,
+     through the gateway with `http.client` and the JSON decoded (what a user's script sees),
+     shows what such a client adds on top. With `--versus
      URL` a second gateway in front of the same server (another commit's, say) takes a turn in
      every pair too, and the table adds what it adds over the first, request by request.
   2. tokenization throughput of the gateway's tokenizer (HF `tokenizers`, batch encode, in this
@@ -33,6 +35,7 @@ are noisy and pessimistic.
 """
 
 import argparse
+import http.client
 import json
 import random
 import shlex
@@ -92,6 +95,23 @@ class HttpConnection:
         self._sock.close()
 
 
+class UserClient:
+    """What a user's script does: a keep-alive `http.client` connection, the JSON decoded."""
+
+    def __init__(self, url: str, path: str, body: bytes) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self._connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        self._path, self._body = path, body
+
+    def post(self) -> dict:
+        self._connection.request("POST", self._path, self._body,
+                                 {"Content-Type": "application/json"})
+        return json.loads(self._connection.getresponse().read())
+
+    def close(self) -> None:
+        self._connection.close()
+
+
 def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str,
            requests: int, rounds: int) -> dict:
     """Latencies (ms) straight to `server` and through each of `gateways`, request by request
@@ -102,7 +122,8 @@ def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str
                                       cu_seqlens=np.asarray([0, len(ids)], "<i4").tobytes())
     body = json.dumps({"input": text}).encode()
     https = [HttpConnection(url, "/v1/embeddings", body) for url in gateways]
-    direct, through, medians = [], [[] for _ in gateways], []
+    user = UserClient(gateways[0], "/v1/embeddings", body)
+    direct, through, medians, users = [], [[] for _ in gateways], [], []
     try:
         with grpc.insecure_channel(server) as channel:
             stub = embed_pb2_grpc.EmbedderStub(channel)
@@ -110,6 +131,7 @@ def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str
                 stub.Embed(request, timeout=60)
                 for http in https:
                     http.post()
+                user.post()
             for _ in range(rounds):
                 first = len(direct)
                 for _ in range(requests):
@@ -120,13 +142,18 @@ def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str
                         began = time.perf_counter()
                         http.post()
                         times.append(time.perf_counter() - began)
+                    began = time.perf_counter()
+                    user.post()
+                    users.append(time.perf_counter() - began)
                 medians.append(float(np.median(np.subtract(through[0][first:], direct[first:]))))
     finally:
         for http in https:
             http.close()
+        user.close()
     d, t = np.asarray(direct) * 1e3, [np.asarray(times) * 1e3 for times in through]
+    u = np.asarray(users) * 1e3
     result = {"tokens": len(ids), "direct": d, "through": t[0], "added": t[0] - d,
-              "round_medians": np.asarray(medians) * 1e3}
+              "user": u, "user_added": u - d, "round_medians": np.asarray(medians) * 1e3}
     if len(t) > 1:
         result.update(versus_through=t[1], versus_added=t[1] - d, versus=t[1] - t[0])
     return result
@@ -229,7 +256,9 @@ def main() -> int:
         name = f"{result['tokens']} tokens"
         rows = [("straight to the server (gRPC, token ids)", "direct"),
                 ("through the gateway (HTTP JSON, text)", "through"),
-                ("added by the gateway (paired difference)", "added")]
+                ("added by the gateway (paired difference)", "added"),
+                ("through the gateway, http.client + json.loads", "user"),
+                ("added, with that client's own cost (paired)", "user_added")]
         if "versus" in result:
             rows += [("through --versus", "versus_through"),
                      ("added by --versus (paired difference)", "versus_added"),
