@@ -8,7 +8,7 @@ container, build_fetch.py).
 """
 
 from hedgerow import settings
-from hedgerow.operator import build_fetch, knobs, names
+from hedgerow.operator import build_fetch, gateway_sizing, knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -32,6 +32,7 @@ def gateway_env(service: Service) -> dict[str, str]:
             f"{names.server_name(service)}.{service.namespace}.svc:{names.SERVER_GRPC_PORT}",
         settings.env_name("model"): build_fetch.model_path(service),
         settings.env_name("served_model_name"): model.get("servedName") or service.name,
+        settings.env_name("workers"): str(gateway_sizing.workers(gateway)),
         **knobs.env(knobs.GATEWAY, gateway),
     }
     if "apiKeySecret" in gateway:
@@ -46,6 +47,7 @@ def build_gateway_config(service: Service) -> dict:
 
 def build_gateway_deployment(service: Service, config: dict) -> dict:
     gateway = service.spec["gateway"]
+    memory = gateway_sizing.memory(gateway)
     volumes, mounts = volumes_and_mounts(service)
     volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
     mounts += build_fetch.mounts(service)
@@ -64,8 +66,8 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": names.GATEWAY_HTTP_PORT, "protocol": "TCP"}],
         "resources": {
-            "requests": {"cpu": quantity(gateway["cpu"]), "memory": quantity(gateway["memory"])},
-            "limits": {"memory": quantity(gateway["memory"])},
+            "requests": {"cpu": quantity(gateway["cpu"]), "memory": memory},
+            "limits": {"memory": memory},
         },
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
                            "periodSeconds": 5, "failureThreshold": 2},

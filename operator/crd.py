@@ -16,7 +16,7 @@ import yaml
 
 from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
-from hedgerow.operator import knobs
+from hedgerow.operator import gateway_sizing, knobs
 from hedgerow.operator.crd_autoscaling import AUTOSCALING
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
@@ -363,8 +363,15 @@ def _gateway() -> dict:
         {
             **_image("Gateway", "`hedgerow gateway`; no torch"),
             "replicas": integer("Gateway replicas.", default=2, minimum=1, maximum=1000),
-            "cpu": quantity("CPU request of a gateway pod.", default="2"),
-            "memory": quantity("Memory request and limit of a gateway pod.", default="2Gi"),
+            "cpu": quantity("CPU request of a gateway pod; its whole cores (rounded up) are "
+                            "the pod's worker processes unless workers is given.", default="2"),
+            "workers": integer("Worker processes per gateway pod (each with its own event "
+                               "loop and tokenizer). Default: cpu rounded up to whole cores.",
+                               minimum=1, maximum=int(gateway_sizing.WORKERS.maximum)),
+            "memory": quantity("Memory request and limit of a gateway pod. Default: "
+                               f"{gateway_sizing.BASE_MEMORY_MIB}Mi plus "
+                               f"{gateway_sizing.WORKER_MEMORY_MIB}Mi per worker (measured "
+                               "with the MiniLM tokenizer; give more for a larger one)."),
             **knobs.properties(knobs.GATEWAY),
             "templates": obj(knobs.properties(knobs.GATEWAY, "templates"),
                              "Prefixes per input type. Default: the model's own prompts."),
