@@ -96,6 +96,7 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
                     "containers": [container],
                     "volumes": volumes,
                     "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,  # no API calls from these pods
                     **scheduling(gateway),
                 },
             },

@@ -156,6 +156,7 @@ def build_server_deployment(service: Service, config: dict,
         "containers": [_container(service, mounts)],
         "volumes": volumes,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # no API calls from these pods
         **scheduling(server),
     }
     if service.spec["warmup"]["readinessGate"]:
