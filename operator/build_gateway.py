@@ -45,7 +45,11 @@ def build_gateway_config(service: Service) -> dict:
     return config_map(service, names.gateway_name(service), "gateway", gateway_env(service))
 
 
-def build_gateway_deployment(service: Service, config: dict) -> dict:
+def build_gateway_deployment(service: Service, config: dict,
+                             api_keys_digest: str | None = None) -> dict:
+    """The gateway Deployment; `config` is build_gateway_config's ConfigMap and
+    `api_keys_digest` the API-key Secret's digest (api_keys.py), both hashed into the pod
+    template so a settings change or a rotated key rolls the pods."""
     gateway = service.spec["gateway"]
     memory = gateway_sizing.memory(gateway)
     volumes, mounts = volumes_and_mounts(service)
@@ -87,8 +91,10 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": pod_template_metadata(service, "gateway", config,
-                                                  names.GATEWAY_HTTP_PORT),
+                "metadata": pod_template_metadata(
+                    service, "gateway", config, names.GATEWAY_HTTP_PORT,
+                    {names.API_KEYS_HASH_ANNOTATION: api_keys_digest} if api_keys_digest
+                    else None),
                 "spec": {
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": DRAIN_SECONDS + 60,

@@ -25,7 +25,7 @@ import aiohttp
 import kopf
 
 from hedgerow import golden_set
-from hedgerow.operator import build_fetch, model_fetch_status, names, status, warmup
+from hedgerow.operator import api_keys, build_fetch, model_fetch_status, names, status, warmup
 from hedgerow.operator.kube import ApiError, KubeClient
 from hedgerow.operator.manifests import build_all, keda_leftover, unwanted
 from hedgerow.operator.spec import Service, parse
@@ -132,6 +132,19 @@ async def _preflight(ctx: Context, service: Service) -> str | None:
     return golden_set.content_digest(raw)
 
 
+async def _api_keys_digest(ctx: Context, service: Service) -> str | None:
+    """The digest of the API keys spec.gateway.apiKeySecret names (api_keys.py), read anew on
+    every pass so a rotated Secret rolls the gateways; None when the API is open."""
+    ref = api_keys.secret_ref(service)
+    if ref is None:
+        return None
+    secret = await ctx.kube.get("v1", "Secret", service.namespace, ref["name"])
+    try:
+        return api_keys.digest(service, secret)
+    except api_keys.SecretProblem as problem:
+        raise SpecError(problem.reason, problem.message) from None
+
+
 async def _check_children(ctx: Context, service: Service,
                           manifests: list[dict]) -> dict[tuple[str, str], dict]:
     """What only the API server can say, asked before anything is written, so a refused spec
@@ -180,7 +193,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     try:
         await _leave_keda(ctx, service, logger)
         golden_digest = await _preflight(ctx, service)
-        manifests = build_all(service, golden_digest)
+        manifests = build_all(service, golden_digest, await _api_keys_digest(ctx, service))
         live = await _check_children(ctx, service, manifests)
     except SpecError as error:
         logger.warning("spec rejected: %s: %s", error.reason, error.message)

@@ -25,9 +25,11 @@ class ChildRef(NamedTuple):
     name: str
 
 
-def build_all(service: Service, golden_set_digest: str | None = None) -> list[dict]:
+def build_all(service: Service, golden_set_digest: str | None = None,
+              api_keys_digest: str | None = None) -> list[dict]:
     """Every child manifest; ConfigMaps first so Deployments never start without them.
-    `golden_set_digest`: the content digest of the golden set `spec.guard` names."""
+    `golden_set_digest`: the content digest of the golden set `spec.guard` names;
+    `api_keys_digest`: that of the API keys in `spec.gateway.apiKeySecret` (api_keys.py)."""
     server_config, gateway_config = build_server_config(service), build_gateway_config(service)
     children = [
         server_config,
@@ -35,7 +37,7 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
         build_server_service(service),
         build_gateway_service(service),
         build_server_deployment(service, server_config, golden_set_digest),
-        build_gateway_deployment(service, gateway_config),
+        build_gateway_deployment(service, gateway_config, api_keys_digest),
         build_pdb(service, "server"),
         build_pdb(service, "gateway"),
     ]

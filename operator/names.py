@@ -18,6 +18,8 @@ GATE_CONDITION = "hedgerow.dev/graphs-warm"
 CONFIG_HASH_ANNOTATION = "hedgerow.dev/config-hash"
 # A digest of the golden set's text: re-recording it rolls the servers, which check at start.
 GOLDEN_SET_HASH_ANNOTATION = "hedgerow.dev/golden-set-hash"
+# A digest of the gateway's API keys: rotating the Secret rolls the gateways (api_keys.py).
+API_KEYS_HASH_ANNOTATION = "hedgerow.dev/api-keys-hash"
 
 # The processes' own default ports (one definition each), which are DESIGN.md's fixed ports.
 GATEWAY_HTTP_PORT = GatewaySettings.port

@@ -1,12 +1,14 @@
 """The real kopf operator against kmock: what a cluster operator asks of the pods (sized gateway
 workers, no service-account token, API-key rotation, pod-template overrides)."""
 
+import base64
 import copy
 
 import pytest
 
 from hedgerow import settings
 from hedgerow.gateway_settings import GatewaySettings
+from hedgerow.operator import api_keys, names
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -30,3 +32,50 @@ async def test_gateway_workers_equal_the_cpu_request(cluster):
     resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert resources["requests"]["cpu"] == "3" and workers == 3
     assert resources["limits"]["memory"] == resources["requests"]["memory"] == "512Mi"
+
+
+def _keys_secret(cluster, keys: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "keys", "namespace": cluster.namespace, "resourceVersion": "1"},
+            "data": {"api-keys": base64.b64encode(keys.encode()).decode()}}
+
+
+async def _keys_hash(cluster):
+    deployment = await _child(cluster, "apps/v1", "deployments", "emb-gateway")
+    if deployment is None:
+        return None
+    return deployment["spec"]["template"]["metadata"]["annotations"].get(
+        names.API_KEYS_HASH_ANNOTATION)
+
+
+async def test_rotating_the_api_key_secret_changes_the_gateway_template(cluster):
+    secrets = f"/api/v1/namespaces/{cluster.namespace}/secrets"
+    await cluster.post(secrets, _keys_secret(cluster, "old-key\n"))
+    await cluster.post(cluster.cr_path, cluster.resource(
+        "emb", _spec(cluster, apiKeySecret={"name": "keys"})))
+    first = await cluster.eventually(lambda: _keys_hash(cluster), "the API keys' digest")
+
+    await cluster.patch(f"{secrets}/keys", {"data": _keys_secret(cluster, "new-key\n")["data"]})
+
+    async def rolled():
+        found = await _keys_hash(cluster)
+        return found if found not in (None, first) else None
+
+    second = await cluster.eventually(rolled, "a new digest after the rotation")
+    assert len(first) == len(second) == 16
+    config = await _child(cluster, "v1", "configmaps", "emb-gateway")
+    assert config["data"]["HEDGEROW_API_KEYS_FILE"] == "/etc/hedgerow/api-keys/api-keys"
+
+
+async def test_a_missing_api_key_secret_is_reported_and_nothing_is_built(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource(
+        "emb", _spec(cluster, apiKeySecret={"name": "absent"})))
+
+    async def reported():
+        body = await cluster.get(f"{cluster.cr_path}/emb")
+        return next((c for c in (body.get("status") or {}).get("conditions", [])
+                     if c["type"] == "Ready" and c["reason"] == api_keys.SECRET_MISSING), None)
+
+    ready = await cluster.eventually(reported, "Ready=False, ApiKeySecretNotFound")
+    assert "'absent'" in ready["message"]
+    assert await _child(cluster, "apps/v1", "deployments", "emb-gateway") is None

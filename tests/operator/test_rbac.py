@@ -84,6 +84,11 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
         return await cluster.get(hpa) is None
 
     await cluster.eventually(hpa_gone, "the HPA deleted")
+    keys = cluster.resource("keys")
+    keys["spec"]["gateway"]["apiKeySecret"] = {"name": "absent"}
+    await cluster.post(cluster.cr_path, keys)
+    await cluster.eventually(lambda: _condition_reason(cluster, "keys", "ApiKeySecretNotFound"),
+                             "ApiKeySecretNotFound")
     bad = cluster.resource("pvc")
     bad["spec"]["model"] = {"path": "/models/m", "persistentVolumeClaim": {"claimName": "x"}}
     await cluster.post(cluster.cr_path, bad)

@@ -96,6 +96,10 @@ makes against these rules, and that every rule is used):
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
+# spec.gateway.apiKeySecret: read on every pass, its digest rolls the gateways on rotation.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
