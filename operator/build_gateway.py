@@ -8,7 +8,7 @@ container, build_fetch.py).
 """
 
 from hedgerow import settings
-from hedgerow.operator import build_fetch, gateway_sizing, knobs, names
+from hedgerow.operator import build_fetch, gateway_sizing, knobs, names, pod_template
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -81,7 +81,7 @@ def build_gateway_deployment(service: Service, config: dict,
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
-    return {
+    return pod_template.apply(service, "gateway", {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": names.metadata(service, names.gateway_name(service), "gateway"),
@@ -107,7 +107,7 @@ def build_gateway_deployment(service: Service, config: dict,
                 },
             },
         },
-    }
+    })
 
 
 def build_gateway_service(service: Service) -> dict:

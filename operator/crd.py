@@ -18,6 +18,11 @@ from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import gateway_sizing, knobs
 from hedgerow.operator.crd_autoscaling import AUTOSCALING
+from hedgerow.operator.crd_pods import pod_template
+from hedgerow.operator.patterns import (
+    DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, LABEL_VALUE, PULL_POLICIES, QUALIFIED_NAME,
+    SECRET_KEY,
+)
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -42,18 +47,6 @@ CHILD_SUFFIXES = ("-server", "-gateway")
 # volume must not land on one of them.
 RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set",
                         "/var/cache/hedgerow/compile")
-
-# What the API server checks on the children (names of Secrets, PVCs, PriorityClasses; label
-# and taint keys and values): checked here so such a spec is refused on apply.
-# No backslashes: these also sit inside CEL string literals, where cel-go refuses "\.".
-EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
 def _tolerations(component: str) -> dict:
@@ -349,12 +342,17 @@ def _server() -> dict:
                                       "gRPC before it is restarted.", default=900, minimum=10,
                                       maximum=7200),
             "compileCache": _compile_cache(),
+            "podTemplate": pod_template("server"),
         },
         "The gRPC embedding servers (one per GPU).",
         required=("image",),
         rules=(rule("self.maxRequestTokens <= self.maxInflightTokens",
                     "server.maxRequestTokens must not exceed server.maxInflightTokens, or "
-                    "such a request could never be admitted"),),
+                    "such a request could never be admitted"),
+               rule("!has(self.priorityClassName) || !has(self.podTemplate) || "
+                    "!has(self.podTemplate.priorityClassName)",
+                    "give server.priorityClassName or server.podTemplate.priorityClassName, "
+                    "not both")),
     )
 
 
@@ -391,6 +389,7 @@ def _gateway() -> dict:
                                   default="ClusterIP"),
             "nodeSelector": _node_selector("gateway"),
             "tolerations": _tolerations("gateway"),
+            "podTemplate": pod_template("gateway"),
         },
         "The HTTP gateways: tokenize, chunk, route to servers, merge.",
         required=("image",),

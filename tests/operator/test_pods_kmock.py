@@ -4,11 +4,13 @@ workers, no service-account token, API-key rotation, pod-template overrides)."""
 import base64
 import copy
 
+import kubernetes_validate
 import pytest
 
 from hedgerow import settings
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.operator import api_keys, names
+from tests.operator.test_pod_template import FULL, K8S_VERSIONS
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -79,3 +81,28 @@ async def test_a_missing_api_key_secret_is_reported_and_nothing_is_built(cluster
     ready = await cluster.eventually(reported, "Ready=False, ApiKeySecretNotFound")
     assert "'absent'" in ready["message"]
     assert await _child(cluster, "apps/v1", "deployments", "emb-gateway") is None
+
+
+async def test_pod_template_overrides_reach_the_applied_deployments(cluster):
+    spec = copy.deepcopy(cluster.resource("emb")["spec"])
+    for component in ("server", "gateway"):
+        spec[component]["podTemplate"] = copy.deepcopy(FULL)
+    await cluster.post(cluster.cr_path, cluster.resource("emb", spec))
+    for component in ("server", "gateway"):
+        deployment = await cluster.eventually(
+            lambda: _child(cluster, "apps/v1", "deployments", f"emb-{component}"),
+            f"{component} Deployment")
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(deployment, version, strict=True)
+        template = deployment["spec"]["template"]
+        pod, container = template["spec"], template["spec"]["containers"][0]
+        assert template["metadata"]["labels"]["team"] == "search"
+        assert template["metadata"]["annotations"]["example.com/owner"] == "ml"
+        assert pod["automountServiceAccountToken"] is False
+        for field in ("imagePullSecrets", "serviceAccountName", "priorityClassName",
+                      "affinity", "topologySpreadConstraints"):
+            assert pod[field] == FULL[field], field
+        assert container["env"][-len(FULL["env"]):] == FULL["env"]
+        assert container["envFrom"][:len(FULL["envFrom"])] == FULL["envFrom"]
+        assert container["resources"]["limits"]["cpu"] == "8"
+        assert container["resources"]["requests"]["ephemeral-storage"] == "1Gi"
