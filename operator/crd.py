@@ -462,6 +462,10 @@ STATUS = obj(
         "readyReplicas": integer("Server pods ready for traffic."),
         "warmReplicas": integer("Server pods whose hot CUDA graphs are captured."),
         "gatewayReadyReplicas": integer("Gateway pods ready for traffic."),
+        "url": string("Where clients in the cluster reach the API: the gateway Service's "
+                      "address (http://<name>.<namespace>.svc:8080)."),
+        "selector": string("Label selector of the server pods (the scale subresource's, as "
+                           "`kubectl scale` and an HPA on this resource read it)."),
         "conditions": {
             "type": "array", "description": "Ready, Progressing, GraphsWarm, with "
                                             "spec.guard SpaceMatches, with "
@@ -505,8 +509,15 @@ PRINTER_COLUMNS = [
     {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas"},
     {"name": "Space", "type": "string",
      "jsonPath": '.status.conditions[?(@.type=="SpaceMatches")].status'},
+    {"name": "URL", "type": "string", "jsonPath": ".status.url"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+
+# `kubectl scale embsvc NAME --replicas N` sets the server replicas (ignored while
+# spec.autoscaling is on: the HPA owns them then).
+SCALE = {"specReplicasPath": ".spec.server.replicas", "statusReplicasPath": ".status.replicas",
+         "labelSelectorPath": ".status.selector"}
 
 
 def build_crd() -> dict:
@@ -531,7 +542,7 @@ def build_crd() -> dict:
                 "name": VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, "scale": SCALE},
                 "additionalPrinterColumns": PRINTER_COLUMNS,
                 "schema": {"openAPIV3Schema": ROOT},
             }],

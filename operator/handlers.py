@@ -304,7 +304,8 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
         conditions.append(model_fetch_status.fetched_condition(fetches, hub, generation))
         model = model_fetch_status.label(hub, fetches)
     _write_conditions(body, patch, conditions,
-                      status.status_fields(model, seen, generation))
+                      status.status_fields(model, seen, generation, names.service_url(service),
+                                           names.selector_text(service, "server")))
 
 
 async def update_gates(ctx: Context,

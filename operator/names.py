@@ -60,6 +60,17 @@ def selector(service: Service, component: Component) -> dict[str, str]:
     return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: service.name, LABEL_COMPONENT: component}
 
 
+def selector_text(service: Service, component: Component) -> str:
+    """`selector` as a label-selector string (status.selector, for the scale subresource)."""
+    return ",".join(f"{key}={value}" for key, value in selector(service, component).items())
+
+
+def service_url(service: Service) -> str:
+    """Where clients in the cluster reach the gateways (status.url)."""
+    return (f"http://{gateway_service_name(service)}.{service.namespace}.svc:"
+            f"{GATEWAY_HTTP_PORT}")
+
+
 def instance_selector(service: Service) -> dict[str, str]:
     """Labels that select every pod of the resource, servers and gateways."""
     return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: service.name}

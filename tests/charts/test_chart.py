@@ -247,3 +247,12 @@ def test_the_example_can_fetch_its_model_given_only_an_id_and_a_revision():
         "id": "sentence-transformers/all-MiniLM-L6-v2",
         "revision": "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"}}
     admit(example)
+
+
+def test_the_notes_name_the_crds_printer_columns():
+    result = helm("install", "hedgerow", str(CHART), "--namespace", "hedgerow-system",
+                  "--dry-run=client")
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "kubectl get embsvc" in line)
+    columns = [c["name"].upper() for c in crd.PRINTER_COLUMNS]
+    assert line.split("#", 1)[1].strip() == ", ".join(columns)

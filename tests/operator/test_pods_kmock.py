@@ -106,3 +106,18 @@ async def test_pod_template_overrides_reach_the_applied_deployments(cluster):
         assert container["envFrom"][:len(FULL["envFrom"])] == FULL["envFrom"]
         assert container["resources"]["limits"]["cpu"] == "8"
         assert container["resources"]["requests"]["ephemeral-storage"] == "1Gi"
+
+
+async def test_status_has_the_url_and_the_server_selector(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+
+    async def addressed():
+        body = await cluster.get(f"{cluster.cr_path}/emb")
+        return body if (body.get("status") or {}).get("url") else None
+
+    body = await cluster.eventually(addressed, "status.url")
+    assert body["status"]["url"] == f"http://emb.{cluster.namespace}.svc:8080"
+    server = await cluster.eventually(
+        lambda: _child(cluster, "apps/v1", "deployments", "emb-server"), "server Deployment")
+    labels = dict(pair.split("=") for pair in body["status"]["selector"].split(","))
+    assert labels == server["spec"]["selector"]["matchLabels"]
