@@ -86,7 +86,7 @@ def build_gateway_deployment(service: Service, config: dict,
         "kind": "Deployment",
         "metadata": names.metadata(service, names.gateway_name(service), "gateway"),
         "spec": {
-            "replicas": gateway["replicas"],
+            **({} if service.gateways_autoscaled else {"replicas": gateway["replicas"]}),
             "selector": {"matchLabels": names.selector(service, "gateway")},
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},

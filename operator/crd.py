@@ -17,7 +17,7 @@ import yaml
 from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import gateway_sizing, knobs
-from hedgerow.operator.crd_autoscaling import AUTOSCALING
+from hedgerow.operator.crd_autoscaling import AUTOSCALING, GATEWAY_AUTOSCALING
 from hedgerow.operator.crd_pods import pod_template
 from hedgerow.operator.patterns import (
     DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, LABEL_VALUE, PULL_POLICIES, QUALIFIED_NAME,
@@ -360,7 +360,8 @@ def _gateway() -> dict:
     return obj(
         {
             **_image("Gateway", "`hedgerow gateway`; no torch"),
-            "replicas": integer("Gateway replicas.", default=2, minimum=1, maximum=1000),
+            "replicas": integer("Gateway replicas when gateway.autoscaling is off.", default=2,
+                                minimum=1, maximum=1000),
             "cpu": quantity("CPU request of a gateway pod; its whole cores (rounded up) are "
                             "the pod's worker processes unless workers is given.", default="2"),
             "workers": integer("Worker processes per gateway pod (each with its own event "
@@ -390,6 +391,7 @@ def _gateway() -> dict:
             "nodeSelector": _node_selector("gateway"),
             "tolerations": _tolerations("gateway"),
             "podTemplate": pod_template("gateway"),
+            "autoscaling": GATEWAY_AUTOSCALING,
         },
         "The HTTP gateways: tokenize, chunk, route to servers, merge.",
         required=("image",),

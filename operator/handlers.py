@@ -207,6 +207,10 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         if service.autoscaled:
             await hand_replicas_to_hpa(ctx.kube, service,
                                        live.get(("Deployment", names.server_name(service))))
+        if service.gateways_autoscaled:
+            await hand_replicas_to_hpa(ctx.kube, service,
+                                       live.get(("Deployment", names.gateway_name(service))),
+                                       "gateway")
         for manifest in manifests:
             await ctx.kube.apply(manifest)
         for child in unwanted(service):
@@ -252,13 +256,15 @@ def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:
 
 
 async def hand_replicas_to_hpa(kube: KubeClient, service: Service,
-                               live: Mapping[str, Any] | None) -> None:
-    """Before the first apply without `replicas`, keep the live count (`live`: the server
-    Deployment as just read, None when there is none).
+                               live: Mapping[str, Any] | None,
+                               component: names.Component = "server") -> None:
+    """Before the first apply without `replicas`, keep the live count (`live`: the
+    component's Deployment as just read, None when there is none).
 
     Under server-side apply, a field dropped from the only manager's apply is reset to its
     default: turning autoscaling on for a running fleet would scale it to 1 replica (warm GPU
-    servers killed) until the HPA scales it back up from cold. So while the operator still
+    servers killed) until the HPA scales it back up from cold (the same for gateways and their
+CPU HPA). So while the operator still
     owns `replicas`, a second manager applies the live value first; it then stays owned by
     that manager until the HPA changes it (Kubernetes' documented ownership handover)."""
     if live is None or not _owns_replicas(live, names.FIELD_MANAGER):
@@ -266,9 +272,9 @@ async def hand_replicas_to_hpa(kube: KubeClient, service: Service,
     replicas = (live.get("spec") or {}).get("replicas")
     if replicas is None:
         return
+    name = names.server_name(service) if component == "server" else names.gateway_name(service)
     await kube.apply({"apiVersion": "apps/v1", "kind": "Deployment",
-                      "metadata": {"name": names.server_name(service),
-                                   "namespace": service.namespace},
+                      "metadata": {"name": name, "namespace": service.namespace},
                       "spec": {"replicas": replicas}}, field_manager=names.HANDOVER_MANAGER)
 
 
@@ -286,8 +292,11 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
             "replicas", service.spec["autoscaling"]["minReplicas"]))
     else:
         desired = service.spec["server"]["replicas"]
-    seen = status.observed_from(server, gateway, desired,
-                                service.spec["gateway"]["replicas"], warm)
+    gateways = service.spec["gateway"]["replicas"]
+    if service.gateways_autoscaled:
+        gateways = int(((gateway or {}).get("spec") or {}).get(
+            "replicas", service.spec["gateway"]["autoscaling"]["minReplicas"]))
+    seen = status.observed_from(server, gateway, desired, gateways, warm)
     conditions = status.healthy_conditions(seen, generation)
     guard = service.spec.get("guard")
     if guard is not None:

@@ -137,6 +137,8 @@ MUTATIONS += [
     lambda b: _pods(b, "server", **BAD_POD_TEMPLATE),
     lambda b: (_pods(b, "server", priorityClassName="p"),
                b["spec"]["server"].update(priorityClassName="q")),
+    lambda b: b["spec"]["gateway"].update(autoscaling={"enabled": True, "minReplicas": 4,
+                                                       "maxReplicas": 3}),
 ]
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -233,6 +235,8 @@ def test_the_examples_are_admitted(path):
     (lambda b: _fetched(b, endpoint="ftp://mirror"), "spec.model.huggingFace.endpoint"),
     (lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b"}),
      "'revision' is a required property"),
+    (lambda b: b["spec"]["gateway"].update(autoscaling={"minReplicas": 20}),
+     "gateway.autoscaling.minReplicas must not exceed"),
     # spec.<component>.podTemplate
     (lambda b: _pods(b, labels={"app.kubernetes.io/instance": "other"}),
      "podTemplate.labels must not set app.kubernetes.io/name"),

@@ -121,3 +121,23 @@ async def test_status_has_the_url_and_the_server_selector(cluster):
         lambda: _child(cluster, "apps/v1", "deployments", "emb-server"), "server Deployment")
     labels = dict(pair.split("=") for pair in body["status"]["selector"].split(","))
     assert labels == server["spec"]["selector"]["matchLabels"]
+
+
+async def test_gateway_autoscaling_adds_a_cpu_hpa_and_removes_it_when_off(cluster):
+    hpa_path = cluster.child_path("autoscaling/v2", "horizontalpodautoscalers", "emb-gateway")
+    spec = _spec(cluster, autoscaling={"enabled": True, "minReplicas": 2, "maxReplicas": 6})
+    await cluster.post(cluster.cr_path, cluster.resource("emb", spec))
+    hpa = await cluster.eventually(lambda: cluster.get(hpa_path), "the gateway HPA")
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    deployment = await _child(cluster, "apps/v1", "deployments", "emb-gateway")
+    assert "replicas" not in deployment["spec"]
+
+    spec["gateway"]["autoscaling"]["enabled"] = False
+    await cluster.patch(f"{cluster.cr_path}/emb", {"metadata": {"generation": 2}, "spec": spec})
+
+    async def gone():
+        return await cluster.get(hpa_path) is None
+
+    await cluster.eventually(gone, "the gateway HPA deleted")
+    deployment = await _child(cluster, "apps/v1", "deployments", "emb-gateway")
+    assert deployment["spec"]["replicas"] == spec["gateway"]["replicas"]
