@@ -103,4 +103,10 @@ makes against these rules, and that every rule is used):
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if gt (int .Values.operator.replicas) 1 }}
+# Peering of the operator's replicas (kopf): the shared object read, watched and renewed.
+- apiGroups: [kopf.dev]
+  resources: [{{ if .Values.operator.watchNamespaces }}kopfpeerings{{ else }}clusterkopfpeerings{{ end }}]
+  verbs: [list, watch, patch]
+{{- end }}
 {{- end }}
