@@ -137,6 +137,7 @@ def test_the_charts_operator_defaults_are_the_operators_own():
     assert values["logLevel"] == OperatorSettings.log_level
     assert values["logFormat"] == OperatorSettings.log_format
     assert values["watchNamespaces"] == list(OperatorSettings.namespaces)
+    assert values["peeringLifetimeSeconds"] == OperatorSettings.peering_lifetime
     deployment = next(d for d in render() if d["kind"] == "Deployment")
     env = {e["name"]: e.get("value")
            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
