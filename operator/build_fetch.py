@@ -14,7 +14,7 @@ functions of a `Service`; no I/O.
 """
 
 from hedgerow import settings
-from hedgerow.operator import names
+from hedgerow.operator import gateway_sizing, names
 from hedgerow.operator.build_common import (
     TMP_VOLUME, container_security_context, quantity, quantity_number,
 )
@@ -101,6 +101,7 @@ def init_containers(service: Service, component: names.Component) -> dict:
     if hub is None:
         return {}
     own = service.spec[component]
+    memory = gateway_sizing.memory(own) if component == "gateway" else quantity(own["memory"])
     server = service.spec["server"]
     env = [{"name": k, "value": v}
            for k, v in sorted({**fetch_env(service, component), **HUB_ENV}.items())]
@@ -119,9 +120,8 @@ def init_containers(service: Service, component: names.Component) -> dict:
         "env": env,
         # The component's own CPU and memory: a pod's request is the larger of its init and
         # its containers' requests, so this costs the pod nothing more (and no GPU).
-        "resources": {"requests": {"cpu": quantity(own["cpu"]),
-                                   "memory": quantity(own["memory"])},
-                      "limits": {"memory": quantity(own["memory"])}},
+        "resources": {"requests": {"cpu": quantity(own["cpu"]), "memory": memory},
+                      "limits": {"memory": memory}},
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
         "securityContext": container_security_context(),

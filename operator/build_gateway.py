@@ -8,7 +8,7 @@ container, build_fetch.py).
 """
 
 from hedgerow import settings
-from hedgerow.operator import build_fetch, knobs, names
+from hedgerow.operator import build_fetch, gateway_sizing, knobs, names, pod_template
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -32,6 +32,7 @@ def gateway_env(service: Service) -> dict[str, str]:
             f"{names.server_name(service)}.{service.namespace}.svc:{names.SERVER_GRPC_PORT}",
         settings.env_name("model"): build_fetch.model_path(service),
         settings.env_name("served_model_name"): model.get("servedName") or service.name,
+        settings.env_name("workers"): str(gateway_sizing.workers(gateway)),
         **knobs.env(knobs.GATEWAY, gateway),
     }
     if "apiKeySecret" in gateway:
@@ -44,8 +45,13 @@ def build_gateway_config(service: Service) -> dict:
     return config_map(service, names.gateway_name(service), "gateway", gateway_env(service))
 
 
-def build_gateway_deployment(service: Service, config: dict) -> dict:
+def build_gateway_deployment(service: Service, config: dict,
+                             api_keys_digest: str | None = None) -> dict:
+    """The gateway Deployment; `config` is build_gateway_config's ConfigMap and
+    `api_keys_digest` the API-key Secret's digest (api_keys.py), both hashed into the pod
+    template so a settings change or a rotated key rolls the pods."""
     gateway = service.spec["gateway"]
+    memory = gateway_sizing.memory(gateway)
     volumes, mounts = volumes_and_mounts(service)
     volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
     mounts += build_fetch.mounts(service)
@@ -64,8 +70,8 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": names.GATEWAY_HTTP_PORT, "protocol": "TCP"}],
         "resources": {
-            "requests": {"cpu": quantity(gateway["cpu"]), "memory": quantity(gateway["memory"])},
-            "limits": {"memory": quantity(gateway["memory"])},
+            "requests": {"cpu": quantity(gateway["cpu"]), "memory": memory},
+            "limits": {"memory": memory},
         },
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
                            "periodSeconds": 5, "failureThreshold": 2},
@@ -75,18 +81,20 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
         "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
-    return {
+    return pod_template.apply(service, "gateway", {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": names.metadata(service, names.gateway_name(service), "gateway"),
         "spec": {
-            "replicas": gateway["replicas"],
+            **({} if service.gateways_autoscaled else {"replicas": gateway["replicas"]}),
             "selector": {"matchLabels": names.selector(service, "gateway")},
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": pod_template_metadata(service, "gateway", config,
-                                                  names.GATEWAY_HTTP_PORT),
+                "metadata": pod_template_metadata(
+                    service, "gateway", config, names.GATEWAY_HTTP_PORT,
+                    {names.API_KEYS_HASH_ANNOTATION: api_keys_digest} if api_keys_digest
+                    else None),
                 "spec": {
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": DRAIN_SECONDS + 60,
@@ -94,11 +102,12 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
                     "containers": [container],
                     "volumes": volumes,
                     "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,  # no API calls from these pods
                     **scheduling(gateway),
                 },
             },
         },
-    }
+    })
 
 
 def build_gateway_service(service: Service) -> dict:

@@ -1,4 +1,5 @@
-"""Manifests that bound how the fleet changes: PodDisruptionBudgets and the server HPA.
+"""Manifests that bound how the fleet changes: PodDisruptionBudgets, the server HPA and the
+gateway HPA.
 
 Pure functions; no I/O.
 
@@ -63,6 +64,28 @@ def build_hpa(service: Service) -> dict:
                 },
             }],
             "behavior": behavior(scaling),
+        },
+    }
+
+
+def build_gateway_hpa(service: Service) -> dict:
+    """autoscaling/v2 HPA scaling the gateway Deployment on CPU (spec.gateway.autoscaling):
+    gateways tokenize, so their CPU is their load; a Resource metric averages over pods,
+    which suits gateways (a new one serves at once, unlike a warming server)."""
+    scaling = service.spec["gateway"]["autoscaling"]
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": names.metadata(service, names.gateway_name(service), "gateway"),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                               "name": names.gateway_name(service)},
+            "minReplicas": scaling["minReplicas"],
+            "maxReplicas": scaling["maxReplicas"],
+            "metrics": [{"type": "Resource", "resource": {
+                "name": "cpu",
+                "target": {"type": "Utilization",
+                           "averageUtilization": scaling["targetCPUUtilizationPercent"]}}}],
         },
     }
 

@@ -13,7 +13,7 @@ takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when t
 import math
 
 from hedgerow import golden_set, settings
-from hedgerow.operator import build_fetch, knobs, names
+from hedgerow.operator import build_fetch, knobs, names, pod_template
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, quantity_number, scheduling, volumes_and_mounts,
@@ -156,6 +156,7 @@ def build_server_deployment(service: Service, config: dict,
         "containers": [_container(service, mounts)],
         "volumes": volumes,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # no API calls from these pods
         **scheduling(server),
     }
     if service.spec["warmup"]["readinessGate"]:
@@ -174,12 +175,12 @@ def build_server_deployment(service: Service, config: dict,
     }
     if not service.autoscaled:
         spec = {"replicas": server["replicas"], **spec}
-    return {
+    return pod_template.apply(service, "server", {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": names.metadata(service, names.server_name(service), "server"),
         "spec": spec,
-    }
+    })
 
 
 def build_server_service(service: Service) -> dict:

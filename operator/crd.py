@@ -16,8 +16,13 @@ import yaml
 
 from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
-from hedgerow.operator import knobs
-from hedgerow.operator.crd_autoscaling import AUTOSCALING
+from hedgerow.operator import gateway_sizing, knobs
+from hedgerow.operator.crd_autoscaling import AUTOSCALING, GATEWAY_AUTOSCALING
+from hedgerow.operator.crd_pods import pod_template
+from hedgerow.operator.patterns import (
+    DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, LABEL_VALUE, PULL_POLICIES, QUALIFIED_NAME,
+    SECRET_KEY,
+)
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -42,18 +47,6 @@ CHILD_SUFFIXES = ("-server", "-gateway")
 # volume must not land on one of them.
 RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set",
                         "/var/cache/hedgerow/compile")
-
-# What the API server checks on the children (names of Secrets, PVCs, PriorityClasses; label
-# and taint keys and values): checked here so such a spec is refused on apply.
-# No backslashes: these also sit inside CEL string literals, where cel-go refuses "\.".
-EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
 def _tolerations(component: str) -> dict:
@@ -349,12 +342,17 @@ def _server() -> dict:
                                       "gRPC before it is restarted.", default=900, minimum=10,
                                       maximum=7200),
             "compileCache": _compile_cache(),
+            "podTemplate": pod_template("server"),
         },
         "The gRPC embedding servers (one per GPU).",
         required=("image",),
         rules=(rule("self.maxRequestTokens <= self.maxInflightTokens",
                     "server.maxRequestTokens must not exceed server.maxInflightTokens, or "
-                    "such a request could never be admitted"),),
+                    "such a request could never be admitted"),
+               rule("!has(self.priorityClassName) || !has(self.podTemplate) || "
+                    "!has(self.podTemplate.priorityClassName)",
+                    "give server.priorityClassName or server.podTemplate.priorityClassName, "
+                    "not both")),
     )
 
 
@@ -362,9 +360,17 @@ def _gateway() -> dict:
     return obj(
         {
             **_image("Gateway", "`hedgerow gateway`; no torch"),
-            "replicas": integer("Gateway replicas.", default=2, minimum=1, maximum=1000),
-            "cpu": quantity("CPU request of a gateway pod.", default="2"),
-            "memory": quantity("Memory request and limit of a gateway pod.", default="2Gi"),
+            "replicas": integer("Gateway replicas when gateway.autoscaling is off.", default=2,
+                                minimum=1, maximum=1000),
+            "cpu": quantity("CPU request of a gateway pod; its whole cores (rounded up) are "
+                            "the pod's worker processes unless workers is given.", default="2"),
+            "workers": integer("Worker processes per gateway pod (each with its own event "
+                               "loop and tokenizer). Default: cpu rounded up to whole cores.",
+                               minimum=1, maximum=int(gateway_sizing.WORKERS.maximum)),
+            "memory": quantity("Memory request and limit of a gateway pod. Default: "
+                               f"{gateway_sizing.BASE_MEMORY_MIB}Mi plus "
+                               f"{gateway_sizing.WORKER_MEMORY_MIB}Mi per worker (measured "
+                               "with the MiniLM tokenizer; give more for a larger one)."),
             **knobs.properties(knobs.GATEWAY),
             "templates": obj(knobs.properties(knobs.GATEWAY, "templates"),
                              "Prefixes per input type. Default: the model's own prompts."),
@@ -384,6 +390,8 @@ def _gateway() -> dict:
                                   default="ClusterIP"),
             "nodeSelector": _node_selector("gateway"),
             "tolerations": _tolerations("gateway"),
+            "podTemplate": pod_template("gateway"),
+            "autoscaling": GATEWAY_AUTOSCALING,
         },
         "The HTTP gateways: tokenize, chunk, route to servers, merge.",
         required=("image",),
@@ -456,6 +464,10 @@ STATUS = obj(
         "readyReplicas": integer("Server pods ready for traffic."),
         "warmReplicas": integer("Server pods whose hot CUDA graphs are captured."),
         "gatewayReadyReplicas": integer("Gateway pods ready for traffic."),
+        "url": string("Where clients in the cluster reach the API: the gateway Service's "
+                      "address (http://<name>.<namespace>.svc:8080)."),
+        "selector": string("Label selector of the server pods (the scale subresource's, as "
+                           "`kubectl scale` and an HPA on this resource read it)."),
         "conditions": {
             "type": "array", "description": "Ready, Progressing, GraphsWarm, with "
                                             "spec.guard SpaceMatches, with "
@@ -499,8 +511,15 @@ PRINTER_COLUMNS = [
     {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas"},
     {"name": "Space", "type": "string",
      "jsonPath": '.status.conditions[?(@.type=="SpaceMatches")].status'},
+    {"name": "URL", "type": "string", "jsonPath": ".status.url"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+
+# `kubectl scale embsvc NAME --replicas N` sets the server replicas (ignored while
+# spec.autoscaling is on: the HPA owns them then).
+SCALE = {"specReplicasPath": ".spec.server.replicas", "statusReplicasPath": ".status.replicas",
+         "labelSelectorPath": ".status.selector"}
 
 
 def build_crd() -> dict:
@@ -525,7 +544,7 @@ def build_crd() -> dict:
                 "name": VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, "scale": SCALE},
                 "additionalPrinterColumns": PRINTER_COLUMNS,
                 "schema": {"openAPIV3Schema": ROOT},
             }],

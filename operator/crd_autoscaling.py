@@ -73,3 +73,23 @@ AUTOSCALING = obj(
                 "autoscaling.metricName names prometheus-adapter's metric, which engine keda "
                 "does not read")),
 )
+
+
+# spec.gateway.autoscaling: the gateways do the CPU work (tokenization), so CPU is their signal.
+GATEWAY_AUTOSCALING = obj(
+    {
+        "enabled": boolean("Scale gateways with an autoscaling/v2 HPA on CPU utilization; "
+                           "`gateway.replicas` is then ignored.", default=False),
+        "minReplicas": integer("Fewest gateway replicas.", default=2, minimum=1, maximum=1000),
+        "maxReplicas": integer("Most gateway replicas.", default=10, minimum=1, maximum=1000),
+        "targetCPUUtilizationPercent": integer(
+            "Average CPU use of the gateway pods, as a percentage of their CPU request "
+            "(gateway.cpu), that the HPA keeps them at.", default=70, minimum=1,
+            maximum=1000),
+    },
+    "CPU autoscaling of the gateways (off by default).",
+    default={},
+    rules=(rule("self.minReplicas <= self.maxReplicas",
+                "gateway.autoscaling.minReplicas must not exceed "
+                "gateway.autoscaling.maxReplicas"),),
+)

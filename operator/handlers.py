@@ -25,7 +25,7 @@ import aiohttp
 import kopf
 
 from hedgerow import golden_set
-from hedgerow.operator import build_fetch, model_fetch_status, names, status, warmup
+from hedgerow.operator import api_keys, build_fetch, model_fetch_status, names, status, warmup
 from hedgerow.operator.kube import ApiError, KubeClient
 from hedgerow.operator.manifests import build_all, keda_leftover, unwanted
 from hedgerow.operator.spec import Service, parse
@@ -132,6 +132,19 @@ async def _preflight(ctx: Context, service: Service) -> str | None:
     return golden_set.content_digest(raw)
 
 
+async def _api_keys_digest(ctx: Context, service: Service) -> str | None:
+    """The digest of the API keys spec.gateway.apiKeySecret names (api_keys.py), read anew on
+    every pass so a rotated Secret rolls the gateways; None when the API is open."""
+    ref = api_keys.secret_ref(service)
+    if ref is None:
+        return None
+    secret = await ctx.kube.get("v1", "Secret", service.namespace, ref["name"])
+    try:
+        return api_keys.digest(service, secret)
+    except api_keys.SecretProblem as problem:
+        raise SpecError(problem.reason, problem.message) from None
+
+
 async def _check_children(ctx: Context, service: Service,
                           manifests: list[dict]) -> dict[tuple[str, str], dict]:
     """What only the API server can say, asked before anything is written, so a refused spec
@@ -180,7 +193,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     try:
         await _leave_keda(ctx, service, logger)
         golden_digest = await _preflight(ctx, service)
-        manifests = build_all(service, golden_digest)
+        manifests = build_all(service, golden_digest, await _api_keys_digest(ctx, service))
         live = await _check_children(ctx, service, manifests)
     except SpecError as error:
         logger.warning("spec rejected: %s: %s", error.reason, error.message)
@@ -194,6 +207,10 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         if service.autoscaled:
             await hand_replicas_to_hpa(ctx.kube, service,
                                        live.get(("Deployment", names.server_name(service))))
+        if service.gateways_autoscaled:
+            await hand_replicas_to_hpa(ctx.kube, service,
+                                       live.get(("Deployment", names.gateway_name(service))),
+                                       "gateway")
         for manifest in manifests:
             await ctx.kube.apply(manifest)
         for child in unwanted(service):
@@ -239,13 +256,15 @@ def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:
 
 
 async def hand_replicas_to_hpa(kube: KubeClient, service: Service,
-                               live: Mapping[str, Any] | None) -> None:
-    """Before the first apply without `replicas`, keep the live count (`live`: the server
-    Deployment as just read, None when there is none).
+                               live: Mapping[str, Any] | None,
+                               component: names.Component = "server") -> None:
+    """Before the first apply without `replicas`, keep the live count (`live`: the
+    component's Deployment as just read, None when there is none).
 
     Under server-side apply, a field dropped from the only manager's apply is reset to its
     default: turning autoscaling on for a running fleet would scale it to 1 replica (warm GPU
-    servers killed) until the HPA scales it back up from cold. So while the operator still
+    servers killed) until the HPA scales it back up from cold (the same for gateways and their
+CPU HPA). So while the operator still
     owns `replicas`, a second manager applies the live value first; it then stays owned by
     that manager until the HPA changes it (Kubernetes' documented ownership handover)."""
     if live is None or not _owns_replicas(live, names.FIELD_MANAGER):
@@ -253,9 +272,9 @@ async def hand_replicas_to_hpa(kube: KubeClient, service: Service,
     replicas = (live.get("spec") or {}).get("replicas")
     if replicas is None:
         return
+    name = names.server_name(service) if component == "server" else names.gateway_name(service)
     await kube.apply({"apiVersion": "apps/v1", "kind": "Deployment",
-                      "metadata": {"name": names.server_name(service),
-                                   "namespace": service.namespace},
+                      "metadata": {"name": name, "namespace": service.namespace},
                       "spec": {"replicas": replicas}}, field_manager=names.HANDOVER_MANAGER)
 
 
@@ -273,8 +292,11 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
             "replicas", service.spec["autoscaling"]["minReplicas"]))
     else:
         desired = service.spec["server"]["replicas"]
-    seen = status.observed_from(server, gateway, desired,
-                                service.spec["gateway"]["replicas"], warm)
+    gateways = service.spec["gateway"]["replicas"]
+    if service.gateways_autoscaled:
+        gateways = int(((gateway or {}).get("spec") or {}).get(
+            "replicas", service.spec["gateway"]["autoscaling"]["minReplicas"]))
+    seen = status.observed_from(server, gateway, desired, gateways, warm)
     conditions = status.healthy_conditions(seen, generation)
     guard = service.spec.get("guard")
     if guard is not None:
@@ -291,7 +313,8 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
         conditions.append(model_fetch_status.fetched_condition(fetches, hub, generation))
         model = model_fetch_status.label(hub, fetches)
     _write_conditions(body, patch, conditions,
-                      status.status_fields(model, seen, generation))
+                      status.status_fields(model, seen, generation, names.service_url(service),
+                                           names.selector_text(service, "server")))
 
 
 async def update_gates(ctx: Context,

@@ -3,8 +3,10 @@
 Owns the process: its settings (flags and HEDGEROW_* variables), logging, running kopf with
 the registered handlers, and the /healthz, /readyz and /metrics endpoint beside it
 (operator/probes.py). kopf logs in with the pod's service account, or a kubeconfig
-(KUBECONFIG or ~/.kube/config) outside a cluster. The operator runs standalone (one replica,
-no kopf peering). Knows nothing about what the handlers do.
+(KUBECONFIG or ~/.kube/config) outside a cluster. With `--peering`, replicas of the operator
+share a kopf peering object (operator/peering.py): one acts, the others stand by and take over
+when it stops or its record expires; without it the operator runs standalone (one replica).
+Knows nothing about what the handlers do.
 """
 
 import argparse
@@ -20,7 +22,7 @@ from hedgerow import logs
 from hedgerow import settings as settings_lib
 from hedgerow.addresses import bind_error
 from hedgerow.errors import ConfigError
-from hedgerow.operator import probes
+from hedgerow.operator import peering, probes
 from hedgerow.operator.metrics import OperatorMetrics
 from hedgerow.operator.names import OPERATOR_HEALTH_PORT, SERVER_HTTP_PORT
 from hedgerow.operator.registration import register
@@ -64,6 +66,19 @@ class OperatorSettings:
         "/metrics (reconciliations by outcome); 0 turns them off.", unit="TCP port",
         minimum=0, maximum=65535,
     )
+    peering: str = settings_lib.setting(
+        "",
+        "Name of the kopf peering object (ClusterKopfPeering cluster-wide, else a KopfPeering "
+        "in each watched namespace) the operator's replicas share: the replica that started "
+        "first acts, the others stand by. Empty runs standalone: one replica only.",
+    )
+    peering_lifetime: int = settings_lib.setting(
+        15,
+        "How long a replica's peering record holds without renewal: a replica that dies "
+        "without stopping cleanly (a clean stop hands over at once) is taken over after at "
+        "most this. Renewed every few seconds, one request each.",
+        unit="seconds", minimum=2, maximum=3600,
+    )
     log_level: str = settings_lib.setting("info", "Log verbosity.", choices=logs.LOG_LEVELS)
     log_format: str = logs.format_setting()
 
@@ -84,7 +99,7 @@ async def operate(config: OperatorSettings, *, stop_flag: Any = None,
     try:
         await kopf.operator(
             registry=registry,
-            standalone=True,
+            **peering.options(config.peering),
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
             stop_flag=stop_flag,

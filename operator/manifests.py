@@ -1,7 +1,8 @@
 """The full set of children of one EmbeddingService, in the order they are applied.
 
 Owns which children exist for a spec (`build_all`) and which must not (`unwanted`: the HPA when
-autoscaling is off; `keda_leftover`: a ScaledObject once engine keda is off). Pure; the
+autoscaling is off, the gateway HPA when
+gateway autoscaling is; `keda_leftover`: a ScaledObject once engine keda is off). Pure; the
 handlers apply what this returns.
 """
 
@@ -12,7 +13,7 @@ from hedgerow.operator.build_gateway import (
     build_gateway_config, build_gateway_deployment, build_gateway_service,
 )
 from hedgerow.operator import build_keda
-from hedgerow.operator.build_scaling import build_hpa, build_pdb
+from hedgerow.operator.build_scaling import build_gateway_hpa, build_hpa, build_pdb
 from hedgerow.operator.build_server import (
     build_server_config, build_server_deployment, build_server_service,
 )
@@ -25,9 +26,11 @@ class ChildRef(NamedTuple):
     name: str
 
 
-def build_all(service: Service, golden_set_digest: str | None = None) -> list[dict]:
+def build_all(service: Service, golden_set_digest: str | None = None,
+              api_keys_digest: str | None = None) -> list[dict]:
     """Every child manifest; ConfigMaps first so Deployments never start without them.
-    `golden_set_digest`: the content digest of the golden set `spec.guard` names."""
+    `golden_set_digest`: the content digest of the golden set `spec.guard` names;
+    `api_keys_digest`: that of the API keys in `spec.gateway.apiKeySecret` (api_keys.py)."""
     server_config, gateway_config = build_server_config(service), build_gateway_config(service)
     children = [
         server_config,
@@ -35,7 +38,7 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
         build_server_service(service),
         build_gateway_service(service),
         build_server_deployment(service, server_config, golden_set_digest),
-        build_gateway_deployment(service, gateway_config),
+        build_gateway_deployment(service, gateway_config, api_keys_digest),
         build_pdb(service, "server"),
         build_pdb(service, "gateway"),
     ]
@@ -43,14 +46,21 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
         children.append(build_keda.build_scaled_object(service))
     elif service.autoscaled:
         children.append(build_hpa(service))
+    if service.gateways_autoscaled:
+        children.append(build_gateway_hpa(service))
     return children
 
 
 def unwanted(service: Service) -> list[ChildRef]:
     """Children a previous spec may have created that this spec does not want."""
-    if service.autoscaled:
-        return []  # under keda, KEDA takes the HPA of the same name over (build_keda.py)
-    return [ChildRef("autoscaling/v2", "HorizontalPodAutoscaler", names.server_name(service))]
+    out = []
+    if not service.autoscaled:  # under keda, KEDA takes the HPA of the same name over
+        out.append(ChildRef("autoscaling/v2", "HorizontalPodAutoscaler",
+                            names.server_name(service)))
+    if not service.gateways_autoscaled:
+        out.append(ChildRef("autoscaling/v2", "HorizontalPodAutoscaler",
+                            names.gateway_name(service)))
+    return out
 
 
 def keda_leftover(service: Service, hpa: dict | None) -> ChildRef | None:

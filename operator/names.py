@@ -18,6 +18,8 @@ GATE_CONDITION = "hedgerow.dev/graphs-warm"
 CONFIG_HASH_ANNOTATION = "hedgerow.dev/config-hash"
 # A digest of the golden set's text: re-recording it rolls the servers, which check at start.
 GOLDEN_SET_HASH_ANNOTATION = "hedgerow.dev/golden-set-hash"
+# A digest of the gateway's API keys: rotating the Secret rolls the gateways (api_keys.py).
+API_KEYS_HASH_ANNOTATION = "hedgerow.dev/api-keys-hash"
 
 # The processes' own default ports (one definition each), which are DESIGN.md's fixed ports.
 GATEWAY_HTTP_PORT = GatewaySettings.port
@@ -56,6 +58,17 @@ def gateway_service_name(service: Service) -> str:
 def selector(service: Service, component: Component) -> dict[str, str]:
     """Labels that select one component's pods (immutable once a Deployment exists)."""
     return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: service.name, LABEL_COMPONENT: component}
+
+
+def selector_text(service: Service, component: Component) -> str:
+    """`selector` as a label-selector string (status.selector, for the scale subresource)."""
+    return ",".join(f"{key}={value}" for key, value in selector(service, component).items())
+
+
+def service_url(service: Service) -> str:
+    """Where clients in the cluster reach the gateways (status.url)."""
+    return (f"http://{gateway_service_name(service)}.{service.namespace}.svc:"
+            f"{GATEWAY_HTTP_PORT}")
 
 
 def instance_selector(service: Service) -> dict[str, str]:

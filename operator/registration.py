@@ -54,6 +54,7 @@ def register(registry: kopf.OperatorRegistry, config: Any,
             # Watching named namespaces needs no cluster-wide reads (namespaces, CRDs), so
             # the chart's per-namespace Roles are all the operator holds.
             settings.scanning.disabled = True
+        settings.peering.lifetime = config.peering_lifetime
         ctx.probes = aiohttp.ClientSession()
 
     @kopf.on.login(registry=registry)

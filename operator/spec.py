@@ -31,6 +31,11 @@ class Service:
         return bool(self.spec["autoscaling"]["enabled"])
 
     @property
+    def gateways_autoscaled(self) -> bool:
+        """spec.gateway.autoscaling: an HPA on CPU owns the gateway replica count."""
+        return bool(self.spec["gateway"]["autoscaling"]["enabled"])
+
+    @property
     def keda(self) -> bool:
         """Autoscaling is KEDA's (a ScaledObject) rather than an HPA the operator writes."""
         return self.spec["autoscaling"]["engine"] == "keda"

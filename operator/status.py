@@ -187,8 +187,12 @@ def transitions(old: Iterable[Mapping[str, Any]] | None,
 
 
 def status_fields(service_model: str, seen: Observed | None,
-                  generation: int | None) -> dict:
+                  generation: int | None, url: str | None = None,
+                  selector: str | None = None) -> dict:
+    """status fields besides the conditions; `url` is where clients reach the gateways and
+    `selector` the server pods' label selector (the scale subresource's), once applied."""
     out: dict[str, Any] = {"model": service_model}
+    out.update({k: v for k, v in (("url", url), ("selector", selector)) if v is not None})
     if generation is not None:
         out["observedGeneration"] = generation
     if seen is not None:

@@ -26,6 +26,11 @@ K8S_VERSION = "1.33.0"
 # (the PrometheusRule's groups by promtool and a real Prometheus, tests/autoscaling/).
 NO_OFFLINE_SCHEMA = {"ServiceMonitor", "PrometheusRule"}
 
+# kopf's peering kinds, by their CRDs in the chart.
+PEERING_KINDS = {
+    doc["spec"]["names"]["kind"]: doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for doc in yaml.safe_load_all((CHART / "crds" / "kopf-peering.yaml").read_text())}
+
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm not installed: run make setup")
 
 
@@ -69,6 +74,8 @@ def test_rendered_manifests_validate(values):
     for doc in docs:
         if doc["kind"] == crd.KIND:
             admit(doc)  # the schema, unknown fields refused, and every CEL rule
+        elif doc["kind"] in PEERING_KINDS:
+            jsonschema.validate(doc, PEERING_KINDS[doc["kind"]])
         elif doc["kind"] == "PrometheusRule":
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
             assert [group["name"] for group in doc["spec"]["groups"]] == [
@@ -84,23 +91,27 @@ def test_rendered_manifests_validate(values):
 
 
 def test_crd_in_the_chart_is_the_generated_one():
-    docs = [d for d in render() if d["kind"] == "CustomResourceDefinition"]
+    docs = [d for d in render() if d["kind"] == "CustomResourceDefinition"
+            and d["spec"]["group"] == crd.GROUP]
     assert docs == [crd.build_crd()]
 
 
 def test_defaults_are_cluster_wide_with_least_privilege():
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                            "ClusterRoleBinding", "Deployment"]), "optional parts off by default"
+    assert kinds == sorted(["CustomResourceDefinition"] * 3 + [
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+        "ClusterKopfPeering"]), "optional parts off by default"
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert not {"secrets", "nodes"} & set(rule["resources"])
+        assert "nodes" not in rule["resources"]
+        if "secrets" in rule["resources"]:  # the API-key Secret's digest: read, never listed
+            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"]
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["hedgerow"] and container["args"] == ["operator"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HEDGEROW_NAMESPACES"] == ""
     assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
 
@@ -111,7 +122,7 @@ def test_namespaced_values_give_roles_per_namespace():
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "search"]
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    env = {e["name"]: e["value"]
+    env = {e["name"]: e.get("value")
            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["HEDGEROW_NAMESPACES"] == "ml,search"
 
@@ -126,8 +137,9 @@ def test_the_charts_operator_defaults_are_the_operators_own():
     assert values["logLevel"] == OperatorSettings.log_level
     assert values["logFormat"] == OperatorSettings.log_format
     assert values["watchNamespaces"] == list(OperatorSettings.namespaces)
+    assert values["peeringLifetimeSeconds"] == OperatorSettings.peering_lifetime
     deployment = next(d for d in render() if d["kind"] == "Deployment")
-    env = {e["name"]: e["value"]
+    env = {e["name"]: e.get("value")
            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["HEDGEROW_HEALTH_PORT"] == str(OperatorSettings.health_port)
 
@@ -160,7 +172,7 @@ def test_the_operator_is_probed_for_readiness_on_its_health_port():
     deployment = next(d for d in render() if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HEDGEROW_LOG_FORMAT"] == "text"
 
 
@@ -245,3 +257,74 @@ def test_the_example_can_fetch_its_model_given_only_an_id_and_a_revision():
         "id": "sentence-transformers/all-MiniLM-L6-v2",
         "revision": "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"}}
     admit(example)
+
+
+def test_the_notes_name_the_crds_printer_columns():
+    result = helm("install", "hedgerow", str(CHART), "--namespace", "hedgerow-system",
+                  "--dry-run=client")
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "kubectl get embsvc" in line)
+    columns = [c["name"].upper() for c in crd.PRINTER_COLUMNS]
+    assert line.split("#", 1)[1].strip() == ", ".join(columns)
+
+
+def _operator_pod(*values: Path, extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    docs = render(*values, extra=extra)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    return deployment, {d["kind"]: d for d in docs}
+
+
+def test_two_operator_replicas_share_a_peering_object_by_default():
+    deployment, kinds = _operator_pod()
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    pod = deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e["value"] if "value" in e else e["valueFrom"]
+           for e in pod["containers"][0]["env"]}
+    assert env["HEDGEROW_PEERING"] == kinds["ClusterKopfPeering"]["metadata"]["name"]
+    assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    term = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    single, kinds = _operator_pod(extra=("--set", "operator.replicas=1"))
+    assert single["spec"]["strategy"] == {"type": "Recreate"}
+    assert "ClusterKopfPeering" not in kinds and "affinity" not in single["spec"]["template"]["spec"]
+    names = {e["name"] for e in single["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "HEDGEROW_PEERING" not in names
+    rules = kinds["ClusterRole"]["rules"]
+    assert not [r for r in rules if "kopf.dev" in r["apiGroups"]]
+
+
+def test_namespaced_replicas_peer_in_each_namespace():
+    docs = render(CHART / "ci" / "namespaced-values.yaml")
+    peerings = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["ml", "search"]
+    for role in (d for d in docs if d["kind"] == "Role"):
+        assert {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
+                "verbs": ["list", "watch", "patch"]} in role["rules"]
+
+
+def test_operator_pod_values_follow_the_common_conventions(tmp_path):
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({
+        "podLabels": {"team": "ml"},
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 20000, "fsGroup": 20000},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True},
+    }))
+    deployment, _ = _operator_pod(values)
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    template = deployment["spec"]["template"]
+    pod, container = template["spec"], template["spec"]["containers"][0]
+    assert template["metadata"]["labels"]["team"] == "ml"
+    assert container["env"][-1] == {"name": "HTTPS_PROXY", "value": "http://proxy:3128"}
+    assert "nodeAffinity" in pod["affinity"] and "podAntiAffinity" not in pod["affinity"]
+    assert pod["securityContext"]["runAsUser"] == 20000
+    assert container["securityContext"]["runAsNonRoot"] is True
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"extraEnv": [{"name": "HEDGEROW_PEERING", "value": "x"}]}))
+    assert helm("template", "h", str(CHART), "-f", str(bad)).returncode != 0

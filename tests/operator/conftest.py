@@ -10,6 +10,7 @@ A tiny aiohttp server on loopback stands in for the servers' /warmup endpoint.
 import asyncio
 import contextlib
 import copy
+import itertools
 import threading
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -18,7 +19,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from aiohttp import web
-from kmock import KubernetesEmulator
+from kmock import KubernetesEmulator, action
 
 from hedgerow.operator import crd
 from hedgerow.operator.main import OperatorSettings, operate
@@ -35,17 +36,32 @@ class Emulator(KubernetesEmulator):
     reconciles fell seconds behind the spec, and on a slower or busier machine than the one
     that wrote them the kmock tests timed out (test_spec_change_updates_children failed three
     runs of three on a fresh machine). kmock's journal keeps the latest RECENT requests, which
-    is all its reactions look at here; tests read `journal` instead."""
+    is all its reactions look at here; tests read `journal` instead.
+
+    Every write also gets a new (unique) `resourceVersion`, as a real API server gives it. kmock keeps
+    whatever the first body held ("1" here) forever, and kopf trusts the version: after each
+    of its own patches it waits for the event carrying the version that patch returned, and
+    takes the object as consistent when it arrives. With one version for everything, the
+    first event that arrived after a patch passed, including one the API had sent before
+    that patch (a timer's status write racing a spec change), and kopf then ran the change
+    handler on a body older than its own last write: the old spec applied again until a
+    later event (test_spec_change_updates_children, test_rbac and
+    test_a_spec_that_cannot_be_applied_keeps_the_last_good_children failed that way now and
+    then, more often on a loaded machine)."""
 
     RECENT = 64
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.journal: list = []
+        self.versions = itertools.count(1000)
 
     async def _handle(self, request):
         self.journal.append(request)
         del self._requests[:-self.RECENT]
+        writes = request.action in (action.CREATE, action.UPDATE)
+        if request.resource is not None and writes and isinstance(request.data, dict):
+            request.data.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
         return await super()._handle(request)
 
 

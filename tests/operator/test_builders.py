@@ -49,6 +49,8 @@ SPECS = {
         s["gateway"].update(replicas=4, serviceType="LoadBalancer", truncate=True,
                             templates={"query": "query: ", "document": "passage: "},
                             apiKeySecret={"name": "keys"})),
+    "gateways-autoscaled": lambda s: s["gateway"].update(autoscaling={
+        "enabled": True, "minReplicas": 3, "maxReplicas": 12, "targetCPUUtilizationPercent": 60}),
     "guarded": lambda s: s.update(guard={"configMap": "bge-golden", "key": "set.json"}),
     "cached-on-pvc": lambda s: s["server"].update(
         compileCache={"persistentVolumeClaim": {"claimName": "compile", "subPath": "bge"}}),
@@ -120,7 +122,8 @@ def test_server_deployment_defaults():
     assert config["HEDGEROW_DEVICE"] == "cuda" and config["HEDGEROW_DTYPE"] == "auto"
     assert config["HEDGEROW_PORT"] == "50051" and config["HEDGEROW_HTTP_PORT"] == "9090"
     assert ("HorizontalPodAutoscaler", "emb-server") not in children
-    assert [c.kind for c in unwanted(_service("defaults"))] == ["HorizontalPodAutoscaler"]
+    assert [(c.kind, c.name) for c in unwanted(_service("defaults"))] == [
+        ("HorizontalPodAutoscaler", "emb-server"), ("HorizontalPodAutoscaler", "emb-gateway")]
 
 
 def test_autoscaled_server_leaves_replicas_to_the_hpa():
@@ -143,7 +146,7 @@ def test_autoscaled_server_leaves_replicas_to_the_hpa():
         {"type": "Pods", "value": 4, "periodSeconds": 60},
         {"type": "Percent", "value": 400, "periodSeconds": 60}]
     assert hpa["behavior"]["scaleUp"]["selectPolicy"] == "Max"
-    assert unwanted(_service("autoscaled")) == []
+    assert [c.name for c in unwanted(_service("autoscaled"))] == ["emb-gateway"]
 
 
 @pytest.mark.parametrize("extra, service_name, metric_name", [
@@ -383,3 +386,19 @@ def test_a_new_revision_rolls_the_pods():
     for component in ("server", "gateway"):
         assert _pod(before, component) != _pod(after, component)
     assert parse(body).model_label == "BAAI/bge-m3@v3"
+
+
+def test_gateway_autoscaling_is_an_hpa_on_cpu_that_owns_the_replicas():
+    assert ("HorizontalPodAutoscaler", "emb-gateway") not in _by_kind(
+        build_all(_service("defaults")))
+    service = _service("gateways-autoscaled")
+    children = _by_kind(build_all(service))
+    hpa = children[("HorizontalPodAutoscaler", "emb-gateway")]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": "emb-gateway"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
+    assert hpa["spec"]["metrics"] == [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}]
+    assert "replicas" not in children[("Deployment", "emb-gateway")]["spec"]
+    assert children[("Deployment", "emb-server")]["spec"]["replicas"] == 1
+    assert [c.name for c in unwanted(service)] == ["emb-server"]

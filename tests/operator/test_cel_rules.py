@@ -112,6 +112,35 @@ MUTATIONS += [
     lambda b: b["spec"]["model"].pop("path"),
 ]
 
+
+
+# spec.<component>.podTemplate (operator/crd_pods.py)
+def _pods(body, component="gateway", **fields):
+    body["spec"][component]["podTemplate"] = fields
+
+
+GOOD_POD_TEMPLATE = dict(
+    labels={"team": "search"}, annotations={"example.com/owner": "ml"},
+    env=[{"name": "HEDGEROW_REQUEST_TIMEOUT", "value": "30"}, {"name": "A"}],
+    resources={"limits": {"cpu": "4", "ephemeral-storage": "2Gi"},
+               "requests": {"ephemeral-storage": "1Gi"}})
+BAD_POD_TEMPLATE = dict(
+    labels={"bad key": "x", "app.kubernetes.io/name": "x"},
+    annotations={"prometheus.io/port": "1", "bad key": "x"},
+    env=[{"name": "HEDGEROW_PORT", "value": "1", "valueFrom": {}}, {"name": "HEDGEROW_PORT"}],
+    resources={"limits": {"memory": "1Gi"}, "requests": {"cpu": "1"}})
+
+MUTATIONS += [
+    lambda b: _pods(b, "gateway", **GOOD_POD_TEMPLATE),
+    lambda b: _pods(b, "server", **GOOD_POD_TEMPLATE),
+    lambda b: _pods(b, "gateway", **BAD_POD_TEMPLATE),
+    lambda b: _pods(b, "server", **BAD_POD_TEMPLATE),
+    lambda b: (_pods(b, "server", priorityClassName="p"),
+               b["spec"]["server"].update(priorityClassName="q")),
+    lambda b: b["spec"]["gateway"].update(autoscaling={"enabled": True, "minReplicas": 4,
+                                                       "maxReplicas": 3}),
+]
+
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
@@ -206,6 +235,36 @@ def test_the_examples_are_admitted(path):
     (lambda b: _fetched(b, endpoint="ftp://mirror"), "spec.model.huggingFace.endpoint"),
     (lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b"}),
      "'revision' is a required property"),
+    (lambda b: b["spec"]["gateway"].update(autoscaling={"minReplicas": 20}),
+     "gateway.autoscaling.minReplicas must not exceed"),
+    # spec.<component>.podTemplate
+    (lambda b: _pods(b, labels={"app.kubernetes.io/instance": "other"}),
+     "podTemplate.labels must not set app.kubernetes.io/name"),
+    (lambda b: _pods(b, "server", annotations={"hedgerow.dev/config-hash": "x"}),
+     "podTemplate.annotations must not use the prefixes hedgerow.dev/"),
+    (lambda b: _pods(b, env=[{"name": "HEDGEROW_WORKERS", "value": "64"}]),
+     "podTemplate.env must not set a variable the operator writes for the gateway"),
+    (lambda b: _pods(b, "server", env=[{"name": "HEDGEROW_MAX_BATCH_TOKENS", "value": "1"}]),
+     "podTemplate.env must not set a variable the operator writes for the server"),
+    (lambda b: _pods(b, env=[{"name": "HOME", "value": "/"}]), "the operator writes"),
+    (lambda b: _pods(b, env=[{"name": "A"}, {"name": "A", "value": "2"}]),
+     "podTemplate.env names must be unique"),
+    (lambda b: _pods(b, env=[{"name": "A", "value": "1", "valueFrom": {}}]),
+     "value or valueFrom, not both"),
+    (lambda b: _pods(b, resources={"limits": {"memory": "8Gi"}}),
+     "memory is spec.gateway.memory"),
+    (lambda b: _pods(b, "server", resources={"limits": {"nvidia.com/gpu": "2"}}),
+     "GPUs spec.server.gpus"),
+    (lambda b: _pods(b, resources={"requests": {"cpu": "8"}}),
+     "podTemplate.resources.requests may set only ephemeral-storage"),
+    (lambda b: _pods(b, resources={"limits": {"cpu": "-1"}}), "podTemplate.resources.limits"),
+    (lambda b: _pods(b, livenessProbe={"exec": {"command": ["true"]}}), "livenessProbe"),
+    (lambda b: _pods(b, securityContext={"runAsUser": 0}), "securityContext"),
+    (lambda b: _pods(b, serviceAccountName="Not A Name"), "serviceAccountName"),
+    (lambda b: _pods(b, imagePullSecrets=[{}]), "'name' is a required property"),
+    (lambda b: (_pods(b, "server", priorityClassName="p"),
+                b["spec"]["server"].update(priorityClassName="q")),
+     "give server.priorityClassName or server.podTemplate.priorityClassName"),
 ])
 def test_bad_specs_are_refused_naming_the_problem(mutate, fragment):
     with pytest.raises(Refused) as refused:

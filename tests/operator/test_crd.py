@@ -43,9 +43,22 @@ def test_schema_is_structural():
 def test_names_columns_and_status_subresource():
     version = crd.build_crd()["spec"]["versions"][0]
     assert crd.build_crd()["spec"]["names"]["shortNames"] == ["embsvc"]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.server.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == \
-        ["Model", "Ready", "Replicas", "Warm", "Space", "Age"]
+        ["Model", "Ready", "Replicas", "Warm", "Space", "URL", "Age"]
+
+
+def test_the_scale_subresource_points_at_integer_and_string_fields():
+    scale = crd.build_crd()["spec"]["versions"][0]["subresources"]["scale"]
+    kinds = {"specReplicasPath": "integer", "statusReplicasPath": "integer",
+             "labelSelectorPath": "string"}
+    for key, kind in kinds.items():
+        node = crd.ROOT
+        for part in scale[key].strip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] == kind, key
 
 
 def test_cross_field_rules_are_rendered_as_cel():

@@ -24,7 +24,8 @@ BARE = {
 # not from a setting's default.
 FROM_THE_RESOURCE = {
     ServerSettings: {"model", "host", "device"},
-    GatewaySettings: {"host", "service_dns", "model", "served_model_name"},
+    GatewaySettings: {"host", "service_dns", "model", "served_model_name",
+                      "workers"},  # from spec.gateway.cpu (operator/gateway_sizing.py)
 }
 
 

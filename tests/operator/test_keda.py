@@ -106,7 +106,8 @@ def test_keda_takes_the_hpa_over_and_leaving_keda_removes_the_scaled_object():
     keda = service()
     scaled = build_keda.build_scaled_object(keda)
     assert scaled["metadata"]["annotations"] == {build_keda.TRANSFER_HPA: "true"}
-    assert unwanted(keda) == []  # the HPA of the same name is KEDA's now
+    # the server HPA of the same name is KEDA's now; only the (off) gateway HPA is unwanted
+    assert [c.name for c in unwanted(keda)] == ["bge-gateway"]
     kedas_hpa = {"metadata": {"name": "bge-server", "ownerReferences": [
         {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "bge-server",
          "uid": "so-1", "controller": True}]}}

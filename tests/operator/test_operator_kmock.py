@@ -462,6 +462,12 @@ async def test_examples_reconcile_into_valid_children(cluster, path):
                          "resourceVersion": "1"},
             "spec": {"accessModes": ["ReadOnlyMany"],
                      "resources": {"requests": {"storage": "20Gi"}}}})
+    keys = body["spec"]["gateway"].get("apiKeySecret")
+    if keys:  # as the README creates it
+        await cluster.post(f"/api/v1/namespaces/{namespace}/secrets", {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": keys["name"], "namespace": namespace, "resourceVersion": "1"},
+            "data": {keys.get("key", "api-keys"): "a2V5Cg=="}})
     await cluster.post(f"/apis/hedgerow.dev/v1alpha1/namespaces/{namespace}/embeddingservices",
                        body)
     wanted = [("v1", "configmaps", f"{name}-server"), ("v1", "configmaps", f"{name}-gateway"),

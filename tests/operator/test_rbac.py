@@ -84,6 +84,11 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
         return await cluster.get(hpa) is None
 
     await cluster.eventually(hpa_gone, "the HPA deleted")
+    keys = cluster.resource("keys")
+    keys["spec"]["gateway"]["apiKeySecret"] = {"name": "absent"}
+    await cluster.post(cluster.cr_path, keys)
+    await cluster.eventually(lambda: _condition_reason(cluster, "keys", "ApiKeySecretNotFound"),
+                             "ApiKeySecretNotFound")
     bad = cluster.resource("pvc")
     bad["spec"]["model"] = {"path": "/models/m", "persistentVolumeClaim": {"claimName": "x"}}
     await cluster.post(cluster.cr_path, bad)
@@ -92,8 +97,13 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
 
     allowed, made = granted(), used(kmock)
     assert made - allowed == set(), "requests the chart's RBAC would forbid"
-    assert allowed - made - FOR_OWNER_REFERENCES - KEDA == set(), \
+    assert allowed - made - FOR_OWNER_REFERENCES - KEDA - PEERING == set(), \
         "permissions the operator never used"
+
+
+# Used by the operator's replicas to share kopf's peering object; this run is one standalone
+# operator, tests/operator/test_operator_peering.py runs two and checks these were used.
+PEERING = {("kopf.dev", "clusterkopfpeerings", verb) for verb in ("list", "watch", "patch")}
 
 
 # Used only with spec.autoscaling.engine keda, which this run does not exercise (kmock serves

@@ -96,7 +96,17 @@ makes against these rules, and that every rule is used):
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
+# spec.gateway.apiKeySecret: read on every pass, its digest rolls the gateways on rotation.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if gt (int .Values.operator.replicas) 1 }}
+# Peering of the operator's replicas (kopf): the shared object read, watched and renewed.
+- apiGroups: [kopf.dev]
+  resources: [{{ if .Values.operator.watchNamespaces }}kopfpeerings{{ else }}clusterkopfpeerings{{ end }}]
+  verbs: [list, watch, patch]
+{{- end }}
 {{- end }}
