@@ -344,8 +344,11 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                   summary="200 when a server is ready, else 503", response_model=openapi.Readiness)
     async def readyz(request: Request) -> Response:
         ready = [replica.address for replica in replicas.ready()]
-        body = {"status": "ready" if ready else "not ready", "ready_replicas": ready,
-                "known_replicas": sorted(replicas.replicas)}
+        body = {"status": "ready" if ready else "not ready"}
+        # The servers' addresses only to a caller with a key, when keys are set: a probe needs
+        # the status alone.
+        if api_keys.allows(header(request, "authorization")):
+            body.update(ready_replicas=ready, known_replicas=sorted(replicas.replicas))
         if ready:
             return json_response(body)
         return json_response(body, 503, headers=((b"retry-after", b"1"),))

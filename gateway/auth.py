@@ -34,6 +34,14 @@ class ApiKeys:
     def enabled(self) -> bool:
         return bool(self._keys)
 
+    def allows(self, authorization: str | None) -> bool:
+        """Whether `authorization` passes `check`."""
+        try:
+            self.check(authorization)
+        except AuthenticationError:
+            return False
+        return True
+
     def check(self, authorization: str | None) -> None:
         """Raise AuthenticationError unless `authorization` is `Bearer <an accepted key>`."""
         if not self._keys:

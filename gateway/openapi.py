@@ -212,8 +212,9 @@ class TeiRank(BaseModel):
 
 class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
-    ready_replicas: list[str]
-    known_replicas: list[str]
+    ready_replicas: list[str] | None = Field(None, description="Left out without a key, when "
+                                             "API keys are set")
+    known_replicas: list[str] | None = None
 
 
 # The error shapes, by API.

@@ -200,10 +200,12 @@ class LiveGateway:
         self._thread.join(30)
 
 
-def wait_ready(client, replicas: int, timeout: float = 10.0) -> None:
+def wait_ready(client, replicas: int, timeout: float = 10.0, headers=None) -> None:
+    """Until /readyz lists `replicas` ready servers (`headers`: the API key, when keys are set:
+    without one it names none)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        answer = client.get("/readyz")
+        answer = client.get("/readyz", headers=headers)
         if answer.status_code == 200 and len(answer.json()["ready_replicas"]) >= replicas:
             return
         time.sleep(0.02)
@@ -312,9 +314,11 @@ class RealServer(Child):
 
 
 class RealGateway(Child):
-    """`hedgerow gateway` on a loopback free port in front of `servers`."""
+    """`hedgerow gateway` on a loopback free port in front of `servers`; `auth`: the headers
+    carrying an API key, when the gateway has keys (its /readyz names servers only then)."""
 
-    def __init__(self, log_path, servers, *flags: str) -> None:
+    def __init__(self, log_path, servers, *flags: str, auth: dict | None = None) -> None:
+        self.auth = auth
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(log_path, "gateway", "--servers", ",".join(servers), "--port",
@@ -324,17 +328,18 @@ class RealGateway(Child):
         import httpx
 
         try:
-            answer = httpx.get(self.url + "/readyz", timeout=2.0)
+            answer = httpx.get(self.url + "/readyz", headers=self.auth, timeout=2.0)
         except httpx.HTTPError:
             return 0
         return len(answer.json()["ready_replicas"]) if answer.status_code == 200 else 0
 
 
-def start_stack(tmp_dir, servers: int, *gateway_flags: str):
-    """`servers` real servers and a gateway over them, all ready."""
+def start_stack(tmp_dir, servers: int, *gateway_flags: str, auth: dict | None = None):
+    """`servers` real servers and a gateway over them, all ready (`auth`: as RealGateway's)."""
     procs = [RealServer(tmp_dir / f"server{i}.log") for i in range(servers)]
     for proc in procs:
         proc.wait_until(proc.serving, "server")
-    gateway = RealGateway(tmp_dir / "gateway.log", [p.address for p in procs], *gateway_flags)
+    gateway = RealGateway(tmp_dir / "gateway.log", [p.address for p in procs], *gateway_flags,
+                          auth=auth)
     gateway.wait_until(lambda: gateway.ready_replicas() == servers, "gateway")
     return procs, gateway

@@ -6,6 +6,8 @@ Hedgerow server: these answers are decided by the gateway before any server is a
 
 import pytest
 
+from tests.gateway.conftest import wait_ready
+
 MODEL = "all-MiniLM-L6-v2"
 URL = "/v1/embeddings"
 
@@ -127,7 +129,9 @@ def test_a_good_request_still_works_beside_them(client):
 def keyed(gateway_factory, standins, tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("# team keys\nsk-first\n\n  # sk-retired, indented\nsk-second\n")
-    return gateway_factory(servers=[standins[0].address], api_keys_file=keys)
+    client = gateway_factory(servers=[standins[0].address], api_keys_file=keys, ready=0)
+    wait_ready(client, 1, headers={"Authorization": "Bearer sk-first"})
+    return client
 
 
 @pytest.mark.parametrize("headers, says", [
@@ -151,6 +155,14 @@ def test_a_right_api_key_passes_and_probes_stay_open(keyed):
         assert answer.status_code == 200, answer.text
     for path in ("/healthz", "/readyz", "/metrics"):
         assert keyed.get(path).status_code == 200
+
+
+def test_readyz_names_the_servers_only_to_a_caller_with_a_key(keyed, standins):
+    assert keyed.get("/readyz").json() == {"status": "ready"}
+    assert keyed.get("/readyz", headers={"Authorization": "Bearer sk-wrong"}).json() == {
+        "status": "ready"}
+    detailed = keyed.get("/readyz", headers={"Authorization": "Bearer sk-first"}).json()
+    assert detailed["ready_replicas"] == [standins[0].address]
 
 
 def test_error_statuses_are_counted_by_route(client):

@@ -35,7 +35,7 @@ def stack(tmp_path_factory):
     (directory / "keys").write_text(f"# test key\n{KEY}\n")
     servers, gateway = conftest.start_stack(
         directory, 2, "--chunk-tokens", "256", "--max-request-tokens", "20000",
-        "--api-keys-file", str(directory / "keys"))
+        "--api-keys-file", str(directory / "keys"), auth=AUTH)
     yield servers, gateway
     assert gateway.stop() == 0, gateway.log_text()
     for server in servers:
