@@ -35,7 +35,6 @@ from hedgerow.gateway.http import (
     Response,
     Routes,
     Style,
-    header,
     json_response,
     parse_json,
 )
@@ -123,21 +122,21 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         read timeout as x-stainless-read-timeout; it is honoured when it parses.
         """
         budget = settings.request_timeout
-        raw = header(request, TIMEOUT_HEADER)
+        raw = request.headers.get(TIMEOUT_HEADER)
         if raw is not None:
             asked = _seconds(raw)
             if asked is None:
                 raise RequestError(f"x-request-timeout is {raw!r}; send a positive number of "
                                    "seconds", param="x-request-timeout")
             budget = min(budget, asked)
-        client_timeout = _seconds(header(request, OPENAI_TIMEOUT_HEADER))
+        client_timeout = _seconds(request.headers.get(OPENAI_TIMEOUT_HEADER))
         if client_timeout is not None:
             budget = min(budget, client_timeout)
         return asyncio.get_running_loop().time() + budget
 
     async def body_of(request: Request):
         """Authorised, then the JSON body."""
-        api_keys.check(header(request, "authorization"))
+        api_keys.check(request.headers.get("authorization"))
         return parse_json(await request.body())
 
     @routes.route("POST", "/v1/embeddings", tags=["OpenAI"], summary="Create embeddings",
@@ -205,7 +204,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     @routes.route("GET", "/v1/models", tags=["OpenAI"], summary="List the served model",
                   response_model=openapi.ModelList)
     async def models(request: Request) -> Response:
-        api_keys.check(header(request, "authorization"))
+        api_keys.check(request.headers.get("authorization"))
         return json_response({"object": "list",
                               "data": [model_entry(name) for name in service.model_names]})
 
@@ -223,7 +222,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                   openapi_extra=openapi.MODEL_PARAMETER,
                   responses=openapi.errors(openapi.OpenAIError))
     async def model(request: Request) -> Response:
-        api_keys.check(header(request, "authorization"))
+        api_keys.check(request.headers.get("authorization"))
         name = model_path_name(request)
         if name not in service.model_names:
             served = " or ".join(repr(known) for known in service.model_names)
@@ -347,7 +346,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         body = {"status": "ready" if ready else "not ready"}
         # The servers' addresses only to a caller with a key, when keys are set: a probe needs
         # the status alone.
-        if api_keys.allows(header(request, "authorization")):
+        if api_keys.allows(request.headers.get("authorization")):
             body.update(ready_replicas=ready, known_replicas=sorted(replicas.replicas))
         if ready:
             return json_response(body)

@@ -89,11 +89,6 @@ def json_response(value: Any, status: int = 200,
     return Response(orjson.dumps(value), status, headers=headers)
 
 
-def header(request: Request, name: str) -> str | None:
-    """The value of header `name` (lower-case), or None."""
-    return request.headers.get(name)
-
-
 Handler = Callable[[Request], Awaitable[Response]]
 Observe = Callable[[str, int, float], None]  # (route, status, seconds)
 

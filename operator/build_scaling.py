@@ -40,32 +40,37 @@ def build_pdb(service: Service, component: names.Component) -> dict:
     }
 
 
+def _hpa(service: Service, name: str, component: str, scaling: dict, metric: dict) -> dict:
+    """An autoscaling/v2 HPA scaling Deployment `name` between scaling's min and max."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": names.metadata(service, name, component),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": scaling["minReplicas"],
+            "maxReplicas": scaling["maxReplicas"],
+            "metrics": [metric],
+        },
+    }
+
+
 def build_hpa(service: Service) -> dict:
     """autoscaling/v2 HPA scaling the server Deployment on a total token rate (engine hpa)."""
     scaling = service.spec["autoscaling"]
     signal = token_signals.SIGNALS[scaling["signal"]]
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": names.metadata(service, names.server_name(service), "server"),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
-                               "name": names.server_name(service)},
-            "minReplicas": scaling["minReplicas"],
-            "maxReplicas": scaling["maxReplicas"],
-            "metrics": [{
-                "type": "Object",
-                "object": {
-                    "describedObject": {"apiVersion": "v1", "kind": "Service",
-                                        "name": signal.service_name(service.name)},
-                    "metric": {"name": scaling.get("metricName", signal.metric)},
-                    "target": {"type": "AverageValue",
-                               "averageValue": str(scaling["targetTokensPerSecond"])},
-                },
-            }],
-            "behavior": behavior(scaling),
+    hpa = _hpa(service, names.server_name(service), "server", scaling, {
+        "type": "Object",
+        "object": {
+            "describedObject": {"apiVersion": "v1", "kind": "Service",
+                                "name": signal.service_name(service.name)},
+            "metric": {"name": scaling.get("metricName", signal.metric)},
+            "target": {"type": "AverageValue",
+                       "averageValue": str(scaling["targetTokensPerSecond"])},
         },
-    }
+    })
+    hpa["spec"]["behavior"] = behavior(scaling)
+    return hpa
 
 
 def build_gateway_hpa(service: Service) -> dict:
@@ -73,21 +78,10 @@ def build_gateway_hpa(service: Service) -> dict:
     gateways tokenize, so their CPU is their load; a Resource metric averages over pods,
     which suits gateways (a new one serves at once, unlike a warming server)."""
     scaling = service.spec["gateway"]["autoscaling"]
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": names.metadata(service, names.gateway_name(service), "gateway"),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
-                               "name": names.gateway_name(service)},
-            "minReplicas": scaling["minReplicas"],
-            "maxReplicas": scaling["maxReplicas"],
-            "metrics": [{"type": "Resource", "resource": {
-                "name": "cpu",
-                "target": {"type": "Utilization",
-                           "averageUtilization": scaling["targetCPUUtilizationPercent"]}}}],
-        },
-    }
+    return _hpa(service, names.gateway_name(service), "gateway", scaling, {
+        "type": "Resource", "resource": {"name": "cpu", "target": {
+            "type": "Utilization",
+            "averageUtilization": scaling["targetCPUUtilizationPercent"]}}})
 
 
 def behavior(scaling: Mapping[str, Any]) -> dict:
