@@ -18,6 +18,7 @@ from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import knobs
 from hedgerow.operator.crd_autoscaling import AUTOSCALING
+from hedgerow.operator.crd_network import NETWORK_POLICY
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -390,7 +391,8 @@ def _gateway() -> dict:
     )
 
 
-# spec.autoscaling has a module of its own (operator/crd_autoscaling.py).
+# spec.autoscaling and spec.networkPolicy have modules of their own (operator/crd_autoscaling.py,
+# operator/crd_network.py).
 
 WARMUP = obj(
     {
@@ -423,7 +425,7 @@ GUARD = obj(
 
 SPEC = obj(
     {"model": _model(), "server": _server(), "gateway": _gateway(), "autoscaling": AUTOSCALING,
-     "warmup": WARMUP, "guard": GUARD},
+     "warmup": WARMUP, "guard": GUARD, "networkPolicy": NETWORK_POLICY},
     "Desired state of an EmbeddingService.",
     required=("model", "server", "gateway"),
     rules=(rule("self.gateway.chunkTokens <= self.server.maxRequestTokens",

@@ -1,7 +1,8 @@
 """The full set of children of one EmbeddingService, in the order they are applied.
 
 Owns which children exist for a spec (`build_all`) and which must not (`unwanted`: the HPA when
-autoscaling is off; `keda_leftover`: a ScaledObject once engine keda is off). Pure; the
+autoscaling is off, the NetworkPolicies when spec.networkPolicy is off; `keda_leftover`: a
+ScaledObject once engine keda is off). Pure; the
 handlers apply what this returns.
 """
 
@@ -11,7 +12,7 @@ from hedgerow.operator import names
 from hedgerow.operator.build_gateway import (
     build_gateway_config, build_gateway_deployment, build_gateway_service,
 )
-from hedgerow.operator import build_keda
+from hedgerow.operator import build_keda, build_network
 from hedgerow.operator.build_scaling import build_hpa, build_pdb
 from hedgerow.operator.build_server import (
     build_server_config, build_server_deployment, build_server_service,
@@ -38,6 +39,7 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
         build_gateway_deployment(service, gateway_config),
         build_pdb(service, "server"),
         build_pdb(service, "gateway"),
+        *build_network.build_policies(service),
     ]
     if service.autoscaled and service.keda:
         children.append(build_keda.build_scaled_object(service))
@@ -48,9 +50,15 @@ def build_all(service: Service, golden_set_digest: str | None = None) -> list[di
 
 def unwanted(service: Service) -> list[ChildRef]:
     """Children a previous spec may have created that this spec does not want."""
-    if service.autoscaled:
-        return []  # under keda, KEDA takes the HPA of the same name over (build_keda.py)
-    return [ChildRef("autoscaling/v2", "HorizontalPodAutoscaler", names.server_name(service))]
+    out = []
+    # Under keda, KEDA takes the HPA of the same name over (build_keda.py).
+    if not service.autoscaled:
+        out.append(ChildRef("autoscaling/v2", "HorizontalPodAutoscaler",
+                            names.server_name(service)))
+    if not service.spec["networkPolicy"]["enabled"]:
+        out += [ChildRef(build_network.API_VERSION, build_network.KIND, name)
+                for name in (names.server_name(service), names.gateway_name(service))]
+    return out
 
 
 def keda_leftover(service: Service, hpa: dict | None) -> ChildRef | None:

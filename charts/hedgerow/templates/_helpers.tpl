@@ -54,6 +54,7 @@ makes against these rules, and that every rule is used):
   longer wants (delete on the other kinds and update on embeddingservices/finalizers: see the
   rules below);
 - KEDA ScaledObjects (spec.autoscaling.engine keda): as a child, and delete when keda is off;
+- NetworkPolicies (spec.networkPolicy): as a child, and delete when it is turned off;
 - pods: list server pods, patch pods/status for the readiness gate;
 - PVCs: get, to report a missing model volume; events: create.
 */}}
@@ -82,6 +83,10 @@ makes against these rules, and that every rule is used):
   verbs: [get, create, patch, delete]
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
+  verbs: [get, create, patch, delete]
+# spec.networkPolicy: the two NetworkPolicies applied, and deleted once it is off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
   verbs: [get, create, patch, delete]
 # spec.autoscaling.engine keda: the ScaledObject applied, and deleted once keda is off.
 - apiGroups: [keda.sh]
