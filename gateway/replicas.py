@@ -1,12 +1,13 @@
 """Which embedding servers exist and which of them may take traffic right now.
 
 Owns discovery (a static list, or a headless Service's DNS name re-resolved periodically), one
-gRPC channel per server (plaintext, or mutual TLS with the gateway's --tls-* files), and one health watcher per server: it follows the standard
-`grpc.health.v1` Watch stream (polling Check when a server does not implement Watch), fetches
-the server's Info each time it turns SERVING (again every interval until it answers), and only
-then counts the server as ready. A server whose call just failed is suspected: it leaves traffic
-until its health is confirmed again. Also owns each server's in-flight token count, which the
-router reads. Knows nothing about HTTP, chunks or tokenizers.
+gRPC channel per server (plaintext, or mutual TLS with the gateway's --tls-* files), and one
+health watcher per server: it follows the standard `grpc.health.v1` Watch stream (polling
+Check when a server does not implement Watch), fetches the server's Info each time it turns
+SERVING (again every interval until it answers), and only then counts the server as ready. A
+server whose call just failed is suspected: it leaves traffic until its health is confirmed
+again. Also owns each server's in-flight token count, which the router reads. Knows nothing
+about HTTP, chunks or tokenizers.
 """
 
 import asyncio

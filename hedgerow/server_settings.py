@@ -39,7 +39,8 @@ class ServerSettings:
         minimum=1, maximum=65535,
     )
     http_port: int = setting(
-        9090, "HTTP port for /metrics and /warmup.", unit="TCP port", minimum=1, maximum=65535,
+        9090, "HTTP port for /metrics, /warmup and /readyz.", unit="TCP port", minimum=1,
+        maximum=65535,
     )
     device: str = setting(
         "cpu", "Where the engine runs: `cpu`, `cuda` or `cuda:N`.",

@@ -15,6 +15,7 @@ them.
 
 import dataclasses
 import ssl
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from hedgerow.settings import setting
 FLAGS = ("--tls-cert", "--tls-key", "--tls-ca")
 _HANDSHAKE_ROUNDS = 8
 # OpenSSL's verification results (X509_V_ERR_*), as a hint each.
-_CERT_NOT_YET_VALID, _CERT_HAS_EXPIRED = 9, 10
+_CERT_NOT_YET_VALID, _CERT_HAS_EXPIRED, _HOSTNAME_MISMATCH = 9, 10, 62
 _HINTS = {
     _CERT_NOT_YET_VALID: "the certificate is not valid yet (its notBefore is in the future: "
                          "a clock behind, or a certificate issued for later)",
@@ -70,76 +71,96 @@ class TlsFiles:
 def load(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | None:
     """The checked files, None when none is given; ConfigError naming the flag and the file
     when one is missing, not PEM, or does not fit the others."""
-    given = [path is not None for path in (cert, key, ca)]
-    if not any(given):
+    paths = (cert, key, ca)
+    if not any(paths):
         return None
-    if not all(given):
-        missing = ", ".join(flag for flag, ok in zip(FLAGS, given) if not ok)
+    if not all(paths):
+        missing = ", ".join(flag for flag, path in zip(FLAGS, paths) if path is None)
         raise ConfigError(f"mutual TLS needs --tls-cert, --tls-key and --tls-ca together; "
                           f"{missing} missing (give all three, or none for plaintext gRPC)")
-    assert cert is not None and key is not None and ca is not None
-    files = TlsFiles(cert=_read_pem(cert, "--tls-cert", b"CERTIFICATE"),
-                     key=_read_pem(key, "--tls-key", b"PRIVATE KEY"),
-                     ca=_read_pem(ca, "--tls-ca", b"CERTIFICATE"))
-    _check(files, cert, key, ca)
+    data = [_read(path, flag) for path, flag in zip(paths, FLAGS)]
+    files = TlsFiles(*data)
+    check(files, tuple(f"{flag} {path}" for flag, path in zip(FLAGS, paths)))
     return files
 
 
-def _read_pem(path: Path, flag: str, label: bytes) -> bytes:
+def _read(path: Path, flag: str) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{flag}: {path} does not exist") from None
     except OSError as error:
         raise ConfigError(f"{flag}: cannot read {path}: {error.strerror or error}") from None
-    if b"-----BEGIN " not in data or label not in data.split(b"-----BEGIN ", 1)[1][:40]:
-        what = "a certificate" if label == b"CERTIFICATE" else "a private key"
-        raise ConfigError(f"{flag}: {path} is not PEM {what} (no -----BEGIN ...{label.decode()}"
-                          "----- block)")
-    return data
 
 
-def _check(files: TlsFiles, cert: Path, key: Path, ca: Path) -> None:
-    """The key matches the certificate, and a handshake in memory with it on both sides, each
-    trusting only the CA, verifies: signed by the CA, within its validity, fit for server and
-    client auth."""
-    contexts = []
-    for side in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT):
-        context = ssl.SSLContext(side)
-        try:
-            context.load_cert_chain(cert, key)
-        except ssl.SSLError as error:
-            if error.reason == "KEY_VALUES_MISMATCH":
-                raise ConfigError(f"--tls-key: {key} is not the key of the certificate "
-                                  f"{cert} (--tls-cert)") from None
-            raise ConfigError(f"--tls-cert/--tls-key: OpenSSL cannot load {cert} with {key}: "
-                              f"{error.reason or error}") from None
-        try:
-            context.load_verify_locations(cafile=ca)
-        except ssl.SSLError as error:
-            raise ConfigError(f"--tls-ca: OpenSSL cannot load {ca}: {error.reason or error}"
-                              ) from None
-        context.verify_mode = ssl.CERT_REQUIRED
-        contexts.append(context)
+def _pem(data: bytes, label: bytes, name: str) -> None:
+    begin = b"-----BEGIN "
+    if begin not in data or label not in data.split(begin, 1)[1][:40]:
+        what = "certificate" if label == b"CERTIFICATE" else "private key"
+        raise ConfigError(f"{name} is not a PEM {what} (no -----BEGIN ...{label.decode()}----- "
+                          "block)")
+
+
+def check(files: TlsFiles, names: tuple[str, str, str], server_name: str | None = None) -> None:
+    """ConfigError unless the certificate, key and CA (`names` says where each came from, for
+    the message) are PEM, the key is the certificate's, and a handshake in memory with the
+    certificate on both sides, each trusting only the CA, verifies: signed by the CA, within
+    its validity, fit for server and client auth and, given `server_name`, naming it."""
+    cert_name, key_name, ca_name = names
+    _pem(files.cert, b"CERTIFICATE", cert_name)
+    _pem(files.key, b"PRIVATE KEY", key_name)
+    _pem(files.ca, b"CERTIFICATE", ca_name)
+    # OpenSSL loads a certificate chain from files only: a private directory for a moment.
+    with tempfile.TemporaryDirectory(prefix="hedgerow-tls-") as scratch:
+        cert, key = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
+        cert.write_bytes(files.cert)
+        key.touch(mode=0o600)
+        key.write_bytes(files.key)
+        contexts = [_context(side, cert, key, files.ca, names)
+                    for side in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT)]
     server, client = contexts
-    client.check_hostname = False  # the name is the channel's to check (--tls-server-name)
+    client.check_hostname = server_name is not None
     try:
-        _handshake(server, client)
+        _handshake(server, client, server_name)
     except ssl.SSLCertVerificationError as error:
         hint = _HINTS.get(error.verify_code, error.verify_message)
-        raise ConfigError(f"--tls-cert: {cert} does not verify against --tls-ca {ca}: "
-                          f"{hint} (OpenSSL: {error.verify_message})") from None
+        if error.verify_code == _HOSTNAME_MISMATCH:
+            hint = f"the certificate does not name {server_name} (add it to its DNS names)"
+        raise ConfigError(f"{cert_name} does not verify against {ca_name}: {hint} (OpenSSL: "
+                          f"{error.verify_message})") from None
     except ssl.SSLError as error:
-        raise ConfigError(f"--tls-cert: {cert} cannot be used with --tls-ca {ca}: "
+        raise ConfigError(f"{cert_name} cannot be used with {ca_name}: "
                           f"{error.reason or error}") from None
 
 
-def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> None:
+def _context(side: int, cert: Path, key: Path, ca: bytes,
+             names: tuple[str, str, str]) -> ssl.SSLContext:
+    cert_name, key_name, ca_name = names
+    context = ssl.SSLContext(side)
+    try:
+        context.load_cert_chain(cert, key)
+    except ssl.SSLError as error:
+        if error.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(f"{key_name} is not the key of the certificate {cert_name}"
+                              ) from None
+        raise ConfigError(f"OpenSSL cannot load {cert_name} with {key_name}: "
+                          f"{error.reason or error}") from None
+    try:
+        context.load_verify_locations(cadata=ca.decode("ascii", "replace"))
+    except ssl.SSLError as error:
+        raise ConfigError(f"OpenSSL cannot load {ca_name}: {error.reason or error}") from None
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext,
+               server_name: str | None) -> None:
     """A TLS handshake between the two contexts over memory buffers; raises what OpenSSL
     raises on either side (the client judges the server's certificate, the server the
     client's)."""
     client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
-    client = client_context.wrap_bio(client_in, client_out, server_side=False)
+    client = client_context.wrap_bio(client_in, client_out, server_side=False,
+                                     server_hostname=server_name)
     server = server_context.wrap_bio(server_in, server_out, server_side=True)
     done = set()
     for _ in range(_HANDSHAKE_ROUNDS):

@@ -4,11 +4,12 @@ Pure functions from a defaulted `Service` to dicts; no I/O. Gateways find server
 server headless Service's DNS (only ready, so warm, pods are listed) and read the tokenizer from
 the same model path as the servers (the model volume is mounted read-only here too; a model
 from spec.model.huggingFace is fetched without its weights by the gateway's own init
-container, build_fetch.py).
+container, build_fetch.py). With spec.tls they dial the servers over mutual TLS
+(build_tls.py).
 """
 
 from hedgerow import settings
-from hedgerow.operator import build_fetch, knobs, names
+from hedgerow.operator import build_fetch, build_tls, knobs, names
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -44,11 +45,17 @@ def build_gateway_config(service: Service) -> dict:
     return config_map(service, names.gateway_name(service), "gateway", gateway_env(service))
 
 
-def build_gateway_deployment(service: Service, config: dict) -> dict:
+def build_gateway_deployment(service: Service, config: dict,
+                             tls_digest: str | None = None) -> dict:
+    """The gateway Deployment; `config` is its ConfigMap and `tls_digest` the TLS Secret's
+    content digest (with `spec.tls`), both hashed into the pod template so a change rolls the
+    pods."""
     gateway = service.spec["gateway"]
     volumes, mounts = volumes_and_mounts(service)
     volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
     mounts += build_fetch.mounts(service)
+    volumes += build_tls.volumes(service)  # spec.tls: the certificates
+    mounts += build_tls.mounts(service)
     if "apiKeySecret" in gateway:
         volumes.append({"name": API_KEYS_VOLUME,
                         "secret": {"secretName": gateway["apiKeySecret"]["name"],
@@ -59,7 +66,7 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
         "image": gateway["image"],
         "imagePullPolicy": gateway["imagePullPolicy"],
         "command": ["hedgerow"],
-        "args": ["gateway"],
+        "args": ["gateway", *build_tls.args(service, "gateway")],
         "envFrom": [{"configMapRef": {"name": names.gateway_name(service)}}],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": names.GATEWAY_HTTP_PORT, "protocol": "TCP"}],
@@ -86,7 +93,8 @@ def build_gateway_deployment(service: Service, config: dict) -> dict:
                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": pod_template_metadata(service, "gateway", config,
-                                                  names.GATEWAY_HTTP_PORT),
+                                                  names.GATEWAY_HTTP_PORT,
+                                                  build_tls.annotations(tls_digest)),
                 "spec": {
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": DRAIN_SECONDS + 60,

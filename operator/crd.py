@@ -18,7 +18,7 @@ from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import knobs
 from hedgerow.operator.crd_autoscaling import AUTOSCALING
-from hedgerow.operator.crd_network import NETWORK_POLICY
+from hedgerow.operator.crd_network import NETWORK_POLICY, TLS
 from hedgerow.operator.schema import (
     array, boolean, integer, number, obj, quantity, rule, string, string_map,
 )
@@ -42,7 +42,7 @@ CHILD_SUFFIXES = ("-server", "-gateway")
 # Paths the builders mount in every pod (build_common, build_server, build_gateway): the model
 # volume must not land on one of them.
 RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set",
-                        "/var/cache/hedgerow/compile")
+                        "/var/cache/hedgerow/compile", "/etc/hedgerow/tls")
 
 # What the API server checks on the children (names of Secrets, PVCs, PriorityClasses; label
 # and taint keys and values): checked here so such a spec is refused on apply.
@@ -425,7 +425,8 @@ GUARD = obj(
 
 SPEC = obj(
     {"model": _model(), "server": _server(), "gateway": _gateway(), "autoscaling": AUTOSCALING,
-     "warmup": WARMUP, "guard": GUARD, "networkPolicy": NETWORK_POLICY},
+     "warmup": WARMUP, "guard": GUARD, "networkPolicy": NETWORK_POLICY,
+     "tls": TLS},
     "Desired state of an EmbeddingService.",
     required=("model", "server", "gateway"),
     rules=(rule("self.gateway.chunkTokens <= self.server.maxRequestTokens",

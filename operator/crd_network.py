@@ -90,7 +90,7 @@ NETWORK_POLICY = obj(
     {
         "enabled": boolean("Write NetworkPolicies `<name>-server` and `<name>-gateway`: server "
                            "pods admit gRPC (50051) only from this resource's gateway pods, "
-                           "and their HTTP port (9090: /metrics, /warmup) only from "
+                           "and their HTTP port (9090: /metrics, /warmup, /readyz) only from "
                            "the operator's pods (app.kubernetes.io/name: hedgerow, "
                            "app.kubernetes.io/component: operator, any namespace) and "
                            "metricsFrom; gateway pods admit HTTP (8080) from gatewayFrom, or "
@@ -107,4 +107,23 @@ NETWORK_POLICY = obj(
     "The NetworkPolicies that keep everything but this resource's gateways away from its "
     "servers.",
     default={},
+)
+
+TLS = obj(
+    {
+        "secretName": string("A Secret in this namespace with tls.crt, tls.key and ca.crt "
+                             "(type kubernetes.io/tls, as cert-manager writes it). Servers "
+                             "serve gRPC with it and require a client certificate signed by "
+                             "ca.crt; gateways present it and check the servers' against "
+                             "ca.crt for the name `<name>-server.<namespace>.svc`, which the "
+                             "certificate must hold, with both usages, server auth and "
+                             "client auth. The operator checks it before it writes any pod "
+                             "(missing, incomplete, not PEM, key not the certificate's, "
+                             "expired, not signed by ca.crt: Ready=False, nothing applied); "
+                             "a change of its content rolls the pods.",
+                             min_length=1, max_length=253, pattern=DNS_SUBDOMAIN),
+    },
+    "Mutual TLS on gRPC between the gateways and the servers. Without it gRPC is plaintext "
+    "(the NetworkPolicies still keep other pods away).",
+    required=("secretName",),
 )

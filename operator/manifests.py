@@ -26,17 +26,19 @@ class ChildRef(NamedTuple):
     name: str
 
 
-def build_all(service: Service, golden_set_digest: str | None = None) -> list[dict]:
+def build_all(service: Service, golden_set_digest: str | None = None,
+              tls_digest: str | None = None) -> list[dict]:
     """Every child manifest; ConfigMaps first so Deployments never start without them.
-    `golden_set_digest`: the content digest of the golden set `spec.guard` names."""
+    `golden_set_digest`: the content digest of the golden set `spec.guard` names;
+    `tls_digest`: that of the Secret `spec.tls` names."""
     server_config, gateway_config = build_server_config(service), build_gateway_config(service)
     children = [
         server_config,
         gateway_config,
         build_server_service(service),
         build_gateway_service(service),
-        build_server_deployment(service, server_config, golden_set_digest),
-        build_gateway_deployment(service, gateway_config),
+        build_server_deployment(service, server_config, golden_set_digest, tls_digest),
+        build_gateway_deployment(service, gateway_config, tls_digest),
         build_pdb(service, "server"),
         build_pdb(service, "gateway"),
         *build_network.build_policies(service),

@@ -40,10 +40,10 @@ def test_missing_file(tmp_path, ca):
 def test_not_pem(tmp_path, ca):
     cert, key, ca_path = _files(tmp_path, ca)
     ca_path.write_bytes(b"not a certificate\n")
-    with pytest.raises(ConfigError, match="--tls-ca: .* is not PEM a certificate"):
+    with pytest.raises(ConfigError, match="--tls-ca .* is not a PEM certificate"):
         tls.load(cert, key, ca_path)
     cert.write_bytes(key.read_bytes())
-    with pytest.raises(ConfigError, match="--tls-cert: .* is not PEM a certificate"):
+    with pytest.raises(ConfigError, match="--tls-cert .* is not a PEM certificate"):
         tls.load(cert, key, ca_path)
 
 

@@ -5,6 +5,7 @@ handshake (a direct gRPC client), while health and reflection answer behind the 
 credentials; a bad file stops either process at start with a one-line error."""
 
 import subprocess
+import urllib.request
 
 import grpc
 import httpx
@@ -109,6 +110,10 @@ def test_health_and_reflection_answer_behind_the_same_credentials(stacks, pki):
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
         listed = {s.name for reply in replies for s in reply.list_services_response.service}
     assert "grpc.health.v1.Health" in listed and any("Embedder" in name for name in listed)
+    # The kubelet's probe where gRPC speaks mutual TLS: the plaintext HTTP port's /readyz.
+    url = f"http://127.0.0.1:{stacks['server'].http_port}/readyz"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        assert answer.status == 200
 
 
 @pytest.mark.parametrize("cert", [None, "other_cert", "expired_cert"],
@@ -145,7 +150,7 @@ def _start_error(*args):
      "the certificate has expired"),
     (lambda pki: {"cert": pki["other_cert"], "key": pki["other_key"]},
      "not signed by the CA"),
-    (lambda pki: {"ca": pki["key"]}, "is not PEM a certificate"),
+    (lambda pki: {"ca": pki["key"]}, "is not a PEM certificate"),
 ], ids=["missing", "wrong-key", "expired", "another-ca", "not-pem"])
 def test_a_bad_file_stops_the_process_at_start_with_one_line(pki, command, break_it, message):
     files = {"cert": pki["cert"], "key": pki["key"], "ca": pki["ca"], **break_it(pki)}

@@ -223,6 +223,8 @@ def test_the_examples_are_admitted(path):
      "spec.networkPolicy.gatewayFrom[0].ipBlock.cidr"),
     (lambda b: b["spec"].update(networkPolicy={"enabled": "yes"}),
      "spec.networkPolicy.enabled"),
+    (lambda b: b["spec"].update(tls={"secretName": "Not A Secret"}), "spec.tls.secretName"),
+    (lambda b: b["spec"].update(tls={}), "'secretName' is a required property"),
     # spec.model.huggingFace
     (lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b", "revision": HF_COMMIT}),
      "model.huggingFace cannot be combined with model.path"),

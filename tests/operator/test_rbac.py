@@ -91,6 +91,11 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
     await cluster.post(cluster.cr_path, bad)
     await cluster.eventually(lambda: _condition_reason(cluster, "pvc", "ModelVolumeNotFound"),
                              "ModelVolumeNotFound")
+    secured = cluster.resource("tls")
+    secured["spec"]["tls"] = {"secretName": "tls-certs"}
+    await cluster.post(cluster.cr_path, secured)
+    await cluster.eventually(lambda: _condition_reason(cluster, "tls", "TLSSecretNotFound"),
+                             "TLSSecretNotFound")
 
     allowed, made = granted(), used(kmock)
     assert made - allowed == set(), "requests the chart's RBAC would forbid"

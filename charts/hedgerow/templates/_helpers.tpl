@@ -56,7 +56,8 @@ makes against these rules, and that every rule is used):
 - KEDA ScaledObjects (spec.autoscaling.engine keda): as a child, and delete when keda is off;
 - NetworkPolicies (spec.networkPolicy): as a child, and delete when it is turned off;
 - pods: list server pods, patch pods/status for the readiness gate;
-- PVCs: get, to report a missing model volume; events: create.
+- PVCs: get, to report a missing model volume; Secrets: get, the one spec.tls names, to check
+  its certificates; events: create.
 */}}
 {{- define "hedgerow.namespacedRules" -}}
 - apiGroups: [hedgerow.dev]
@@ -100,6 +101,10 @@ makes against these rules, and that every rule is used):
   verbs: [patch]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
+  verbs: [get]
+# spec.tls: the Secret is read to check its certificates before any pod is written.
+- apiGroups: [""]
+  resources: [secrets]
   verbs: [get]
 - apiGroups: [""]
   resources: [events]
