@@ -24,20 +24,21 @@ from hedgerow.settings import setting
 
 FLAGS = ("--tls-cert", "--tls-key", "--tls-ca")
 _HANDSHAKE_ROUNDS = 8
-# OpenSSL's verification results (X509_V_ERR_*), as a hint each.
-_CERT_NOT_YET_VALID, _CERT_HAS_EXPIRED, _HOSTNAME_MISMATCH = 9, 10, 62
+# OpenSSL's verification results (X509_V_ERR_*) and what each means here.
+_HOSTNAME_MISMATCH = 62
+_NOT_SIGNED_BY_THE_CA = "the certificate was not signed by the CA"
 _HINTS = {
-    _CERT_NOT_YET_VALID: "the certificate is not valid yet (its notBefore is in the future: "
-                         "a clock behind, or a certificate issued for later)",
-    _CERT_HAS_EXPIRED: "the certificate has expired (its notAfter has passed): renew it",
-    2: "the CA file does not hold the certificate's issuer",
-    7: "the certificate's signature does not verify against the CA",
+    2: _NOT_SIGNED_BY_THE_CA,  # UNABLE_TO_GET_ISSUER_CERT
+    7: "the certificate's signature does not verify against the CA",  # CERT_SIGNATURE_FAILURE
+    9: "the certificate is not valid yet (its notBefore is in the future: a clock behind, or "
+       "a certificate issued for later)",  # CERT_NOT_YET_VALID
+    10: "the certificate has expired (its notAfter has passed): renew it",  # CERT_HAS_EXPIRED
     18: "the certificate is self-signed and not the CA: give the CA that signed it",
-    19: "the certificate was not signed by the CA in the CA file",
-    20: "the certificate was not signed by the CA in the CA file",
-    21: "the certificate was not signed by the CA in the CA file",
+    19: _NOT_SIGNED_BY_THE_CA,  # SELF_SIGNED_CERT_IN_CHAIN
+    20: _NOT_SIGNED_BY_THE_CA,  # UNABLE_TO_GET_ISSUER_CERT_LOCALLY
+    21: _NOT_SIGNED_BY_THE_CA,  # UNABLE_TO_VERIFY_LEAF_SIGNATURE
     26: "the certificate lacks a usage both sides need: it must allow server auth and client "
-        "auth (extended key usage serverAuth and clientAuth)",
+        "auth (extended key usage serverAuth and clientAuth)",  # INVALID_PURPOSE
 }
 
 

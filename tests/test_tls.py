@@ -75,3 +75,17 @@ def test_a_certificate_for_server_auth_only(tmp_path, ca):
     pem = ca.issue(usages=(ExtendedKeyUsageOID.SERVER_AUTH,))
     with pytest.raises(ConfigError, match="server auth and client auth"):
         tls.load(*_files(tmp_path, ca, pem))
+
+
+def test_the_settings_refuse_half_a_configuration(tmp_path, ca):
+    from hedgerow.gateway_settings import GatewaySettings
+    from hedgerow.server_settings import ServerSettings
+
+    cert, key, ca_path = _files(tmp_path, ca)
+    with pytest.raises(ConfigError, match="--tls-key, --tls-ca missing"):
+        ServerSettings(tls_cert=cert)
+    with pytest.raises(ConfigError, match="--tls-server-name is for mutual TLS"):
+        GatewaySettings(servers=("127.0.0.1:50051",), tls_server_name="emb-server.ml.svc")
+    settings = GatewaySettings(servers=("127.0.0.1:50051",), tls_cert=cert, tls_key=key,
+                               tls_ca=ca_path, tls_server_name="emb-server.ml.svc")
+    assert settings.tls_files().ca == ca_path.read_bytes()
