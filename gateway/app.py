@@ -92,6 +92,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         on_info=lambda replica, info: service.adopt_info(info),
         on_status=lambda replica: metrics.ready_replicas.set(len(replicas.ready())),
         on_removed=metrics.forget_replica,
+        tls=settings.tls_files(), tls_server_name=settings.tls_server_name,
     )
     router = Router(replicas, metrics, settings.max_queue_seconds)
     service = EmbeddingService(settings, card, tokenizer, router, metrics)

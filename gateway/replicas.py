@@ -1,12 +1,13 @@
 """Which embedding servers exist and which of them may take traffic right now.
 
 Owns discovery (a static list, or a headless Service's DNS name re-resolved periodically), one
-gRPC channel per server, and one health watcher per server: it follows the standard
-`grpc.health.v1` Watch stream (polling Check when a server does not implement Watch), fetches
-the server's Info each time it turns SERVING (again every interval until it answers), and only
-then counts the server as ready. A server whose call just failed is suspected: it leaves traffic
-until its health is confirmed again. Also owns each server's in-flight token count, which the
-router reads. Knows nothing about HTTP, chunks or tokenizers.
+gRPC channel per server (plaintext, or mutual TLS with the gateway's --tls-* files), and one
+health watcher per server: it follows the standard `grpc.health.v1` Watch stream (polling
+Check when a server does not implement Watch), fetches the server's Info each time it turns
+SERVING (again every interval until it answers), and only then counts the server as ready. A
+server whose call just failed is suspected: it leaves traffic until its health is confirmed
+again. Also owns each server's in-flight token count, which the router reads. Knows nothing
+about HTTP, chunks or tokenizers.
 """
 
 import asyncio
@@ -20,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hedgerow.gateway.admission import Throughput
 from hedgerow.gateway_settings import parse_address
 from hedgerow.logs import fields
+from hedgerow.tls import TlsFiles
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 log = logging.getLogger("hedgerow.gateway.replicas")
@@ -42,6 +44,19 @@ CHANNEL_OPTIONS = (
     ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
+
+class ChannelSecurity:
+    """Mutual TLS for every channel: the gateway's certificate presented, the server's checked
+    against the CA for `server_name` (the pods' IPs, which discovery dials, are not in their
+    certificate; `<name>-server.<namespace>.svc` is), or for each address's host."""
+
+    def __init__(self, files: TlsFiles, server_name: str | None = None) -> None:
+        self.credentials = grpc.ssl_channel_credentials(
+            root_certificates=files.ca, private_key=files.key, certificate_chain=files.cert)
+        self.options: tuple[tuple[str, str], ...] = (
+            (("grpc.ssl_target_name_override", server_name),) if server_name else ())
+
+
 InfoCallback = Callable[["Replica", embed_pb2.InfoResponse], None]
 StatusCallback = Callable[["Replica"], None]
 
@@ -50,9 +65,13 @@ class Replica:
     """One server: its channel, stubs, health, Info and in-flight tokens."""
 
     def __init__(self, address: str, *, on_info: InfoCallback, on_status: StatusCallback,
-                 retry_interval: float) -> None:
+                 retry_interval: float, security: ChannelSecurity | None = None) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        if security is None:
+            self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        else:
+            self.channel = grpc.aio.secure_channel(address, security.credentials,
+                                                   options=CHANNEL_OPTIONS + security.options)
         self.embedder = embed_pb2_grpc.EmbedderStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.info: embed_pb2.InfoResponse | None = None
@@ -157,8 +176,11 @@ class ReplicaSet:
         on_info: InfoCallback,
         on_status: StatusCallback = lambda replica: None,
         on_removed: Callable[[str], None] = lambda address: None,
+        tls: TlsFiles | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
         self._static = tuple(servers)
+        self._security = None if tls is None else ChannelSecurity(tls, tls_server_name)
         self._dns = parse_address(service_dns, "--service-dns") if service_dns else None
         self._dns_interval = dns_interval
         self._health_interval = health_interval
@@ -183,7 +205,7 @@ class ReplicaSet:
         for address in sorted(wanted - self.replicas.keys()):
             log.info("%s", fields(event="replica.added", replica=address))
             replica = Replica(address, on_info=self._on_info, on_status=self._on_status,
-                              retry_interval=self._health_interval)
+                              retry_interval=self._health_interval, security=self._security)
             self.replicas[address] = replica
             replica.start()
         for address in sorted(self.replicas.keys() - wanted):

@@ -10,6 +10,7 @@ gateway pods' environment from these same definitions.
 import dataclasses
 from pathlib import Path
 
+from hedgerow import tls
 from hedgerow.errors import ConfigError
 from hedgerow.logs import LOG_LEVELS, format_setting
 from hedgerow.settings import setting
@@ -169,8 +170,23 @@ class GatewaySettings:
         "Serve the interactive API documentation (Swagger UI) at /docs; /openapi.json is "
         "served either way.",
     )
+    tls_cert: Path | None = tls.cert_setting("gateway")
+    tls_key: Path | None = tls.key_setting("gateway")
+    tls_ca: Path | None = tls.ca_setting("gateway")
+    tls_server_name: str | None = setting(
+        None,
+        "The name the servers' certificates are checked for, instead of the address dialled "
+        "(--service-dns yields pod IPs): e.g. <name>-server.<namespace>.svc. Needs --tls-cert. "
+        "Unset: the host of each address.",
+        pattern=r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?", pattern_help="a DNS name",
+    )
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
     log_format: str = format_setting()
+
+    def tls_files(self) -> tls.TlsFiles | None:
+        """The checked certificate files, None for plaintext gRPC; ConfigError naming the
+        problem."""
+        return tls.load(self.tls_cert, self.tls_key, self.tls_ca)
 
     def __post_init__(self) -> None:
         if self.servers and self.service_dns:
@@ -184,6 +200,10 @@ class GatewaySettings:
         if self.service_dns:
             parse_address(self.service_dns, "--service-dns")
         check_model_names(self.served_model_name, self.served_model_aliases)
+        if self.tls_server_name and self.tls_cert is None:
+            raise ConfigError("--tls-server-name is for mutual TLS: give --tls-cert, --tls-key "
+                              "and --tls-ca too")
+        self.tls_files()  # a bad certificate stops the gateway here, before any worker starts
 
 
 def check_model_names(name: str | None, aliases: tuple[str, ...]) -> None:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hedgerow import tls
 from hedgerow.errors import ConfigError
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.logs import LOG_LEVELS, format_setting
@@ -38,7 +39,8 @@ class ServerSettings:
         minimum=1, maximum=65535,
     )
     http_port: int = setting(
-        9090, "HTTP port for /metrics and /warmup.", unit="TCP port", minimum=1, maximum=65535,
+        9090, "HTTP port for /metrics, /warmup and /readyz.", unit="TCP port", minimum=1,
+        maximum=65535,
     )
     device: str = setting(
         "cpu", "Where the engine runs: `cpu`, `cuda` or `cuda:N`.",
@@ -122,6 +124,9 @@ class ServerSettings:
         "pass over its texts at start. Unset: no check (the fingerprint is reported anyway).",
         unit="path",
     )
+    tls_cert: Path | None = tls.cert_setting("server")
+    tls_key: Path | None = tls.key_setting("server")
+    tls_ca: Path | None = tls.ca_setting("server")
     log_level: str = setting("info", "Log verbosity.", choices=LOG_LEVELS)
     log_format: str = format_setting()
 
@@ -149,3 +154,9 @@ class ServerSettings:
                               "the /metrics, /warmup HTTP side each need their own port")
         if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device):
             raise ConfigError(f"--device: {self.device!r} is not cpu, cuda or cuda:N")
+        self.tls_files()  # a bad certificate file stops the server here, before anything starts
+
+    def tls_files(self) -> tls.TlsFiles | None:
+        """The checked certificate files, None for plaintext gRPC; ConfigError naming the
+        problem."""
+        return tls.load(self.tls_cert, self.tls_key, self.tls_ca)

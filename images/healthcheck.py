@@ -8,7 +8,9 @@ reads, one setting at a time (a port changed by a command-line flag instead is n
 here):
 - gateway: GET /healthz on its HTTP port answers 200;
 - server: the standard gRPC health service reports SERVING, which the server does once its
-  model is loaded and its hot graphs are captured;
+  model is loaded and its hot graphs are captured; with HEDGEROW_TLS_CERT set (mutual TLS,
+  which this probe holds no client certificate for), GET /readyz on its HTTP port answers 200,
+  the same state;
 - operator: GET /healthz on kopf's liveness port answers 200.
 Exit status 0 is healthy, 1 unhealthy (Docker's convention), with one line saying why.
 """
@@ -57,6 +59,9 @@ def check_server() -> str | None:
     from hedgerow.server_settings import ServerSettings
 
     host = settings.load_one(ServerSettings, "host")
+    if settings.load_one(ServerSettings, "tls_cert") is not None:
+        port = settings.load_one(ServerSettings, "http_port")
+        return http_ok(f"http://{local_address(host)}:{port}/readyz")
     target = f"{local_address(host)}:{settings.load_one(ServerSettings, 'port')}"
     with grpc.insecure_channel(target) as channel:
         try:

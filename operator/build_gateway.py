@@ -4,11 +4,12 @@ Pure functions from a defaulted `Service` to dicts; no I/O. Gateways find server
 server headless Service's DNS (only ready, so warm, pods are listed) and read the tokenizer from
 the same model path as the servers (the model volume is mounted read-only here too; a model
 from spec.model.huggingFace is fetched without its weights by the gateway's own init
-container, build_fetch.py).
+container, build_fetch.py). With spec.tls they dial the servers over mutual TLS
+(build_tls.py).
 """
 
 from hedgerow import settings
-from hedgerow.operator import build_fetch, gateway_sizing, knobs, names, pod_template
+from hedgerow.operator import build_fetch, build_tls, gateway_sizing, knobs, names, pod_template
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, scheduling, volumes_and_mounts,
@@ -46,15 +47,19 @@ def build_gateway_config(service: Service) -> dict:
 
 
 def build_gateway_deployment(service: Service, config: dict,
-                             api_keys_digest: str | None = None) -> dict:
-    """The gateway Deployment; `config` is build_gateway_config's ConfigMap and
-    `api_keys_digest` the API-key Secret's digest (api_keys.py), both hashed into the pod
-    template so a settings change or a rotated key rolls the pods."""
+                             api_keys_digest: str | None = None,
+                             tls_digest: str | None = None) -> dict:
+    """The gateway Deployment; `config` is build_gateway_config's ConfigMap, `api_keys_digest`
+    the API-key Secret's digest (api_keys.py) and `tls_digest` the TLS Secret's (with
+    `spec.tls`), all hashed into the pod template so a settings change, a rotated key or a
+    rotated certificate rolls the pods."""
     gateway = service.spec["gateway"]
     memory = gateway_sizing.memory(gateway)
     volumes, mounts = volumes_and_mounts(service)
     volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
     mounts += build_fetch.mounts(service)
+    volumes += build_tls.volumes(service)  # spec.tls: the certificates
+    mounts += build_tls.mounts(service)
     if "apiKeySecret" in gateway:
         volumes.append({"name": API_KEYS_VOLUME,
                         "secret": {"secretName": gateway["apiKeySecret"]["name"],
@@ -65,7 +70,7 @@ def build_gateway_deployment(service: Service, config: dict,
         "image": gateway["image"],
         "imagePullPolicy": gateway["imagePullPolicy"],
         "command": ["hedgerow"],
-        "args": ["gateway"],
+        "args": ["gateway", *build_tls.args(service, "gateway")],
         "envFrom": [{"configMapRef": {"name": names.gateway_name(service)}}],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": names.GATEWAY_HTTP_PORT, "protocol": "TCP"}],
@@ -93,8 +98,8 @@ def build_gateway_deployment(service: Service, config: dict,
             "template": {
                 "metadata": pod_template_metadata(
                     service, "gateway", config, names.GATEWAY_HTTP_PORT,
-                    {names.API_KEYS_HASH_ANNOTATION: api_keys_digest} if api_keys_digest
-                    else None),
+                    {**({names.API_KEYS_HASH_ANNOTATION: api_keys_digest} if api_keys_digest
+                        else {}), **build_tls.annotations(tls_digest)}),
                 "spec": {
                     "securityContext": pod_security_context(),
                     "terminationGracePeriodSeconds": DRAIN_SECONDS + 60,

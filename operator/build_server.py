@@ -2,8 +2,10 @@
 
 Pure functions from a defaulted `Service` to dicts; no I/O, no cluster. The Deployment carries
 the GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator's warmup
-tracking), gRPC readiness and startup probes on 50051, a preStop pause that lets gateways drop
-the pod from DNS before SIGTERM starts the drain, a non-root, read-only container, and, with
+tracking), gRPC readiness and startup probes on 50051 (with `spec.tls`, GET /readyz on 9090:
+the kubelet's gRPC probe speaks no TLS), the TLS Secret and the --tls-* flags, a preStop pause
+that lets gateways drop the pod from DNS before SIGTERM starts the drain, a non-root,
+read-only container, and, with
 `spec.guard`, the golden set's ConfigMap mounted where `--golden-set` reads it (its digest an
 annotation, so re-recording it rolls the servers, which check it at start). When an
 HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
@@ -13,7 +15,7 @@ takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when t
 import math
 
 from hedgerow import golden_set, settings
-from hedgerow.operator import build_fetch, knobs, names, pod_template
+from hedgerow.operator import build_fetch, build_tls, knobs, names, pod_template
 from hedgerow.operator.build_common import (
     config_map, container_security_context, pod_security_context, pod_template_metadata,
     quantity, quantity_number, scheduling, volumes_and_mounts,
@@ -73,6 +75,22 @@ def _resources(server: dict) -> dict:
     return {"requests": requests, "limits": limits}
 
 
+def _probes(service: Service) -> dict:
+    """Startup and readiness: gRPC health on 50051; with spec.tls, which the kubelet's gRPC
+    probe cannot speak, GET /readyz on the plaintext HTTP port (the same SERVING state)."""
+    server = service.spec["server"]
+    check = {"httpGet": {"path": "/readyz", "port": names.SERVER_HTTP_PORT}} \
+        if build_tls.enabled(service) else {"grpc": {"port": names.SERVER_GRPC_PORT}}
+    return {
+        "startupProbe": {
+            **check,
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "failureThreshold": math.ceil(server["startupSeconds"] / STARTUP_PERIOD_SECONDS),
+        },
+        "readinessProbe": {**check, "periodSeconds": 5, "failureThreshold": 2},
+    }
+
+
 def _container(service: Service, mounts: list[dict]) -> dict:
     server = service.spec["server"]
     container = {
@@ -80,7 +98,7 @@ def _container(service: Service, mounts: list[dict]) -> dict:
         "image": server["image"],
         "imagePullPolicy": server["imagePullPolicy"],
         "command": ["hedgerow"],
-        "args": ["server"],
+        "args": ["server", *build_tls.args(service, "server")],
         "envFrom": [{"configMapRef": {"name": names.server_name(service)}}],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [
@@ -88,16 +106,7 @@ def _container(service: Service, mounts: list[dict]) -> dict:
             {"name": "metrics", "containerPort": names.SERVER_HTTP_PORT, "protocol": "TCP"},
         ],
         "resources": _resources(server),
-        "startupProbe": {
-            "grpc": {"port": names.SERVER_GRPC_PORT},
-            "periodSeconds": STARTUP_PERIOD_SECONDS,
-            "failureThreshold": math.ceil(server["startupSeconds"] / STARTUP_PERIOD_SECONDS),
-        },
-        "readinessProbe": {
-            "grpc": {"port": names.SERVER_GRPC_PORT},
-            "periodSeconds": 5,
-            "failureThreshold": 2,
-        },
+        **_probes(service),
         "livenessProbe": {
             "httpGet": {"path": "/metrics", "port": names.SERVER_HTTP_PORT},
             "periodSeconds": 20,
@@ -122,16 +131,20 @@ def _compile_cache_volume(cache: dict) -> dict:
 
 
 def build_server_deployment(service: Service, config: dict,
-                            golden_set_digest: str | None = None) -> dict:
+                            golden_set_digest: str | None = None,
+                            tls_digest: str | None = None) -> dict:
     """The server Deployment; `config` is build_server_config's ConfigMap (hashed into the
     pod template so a settings change rolls the pods); `golden_set_digest` is the golden
-    set's content digest (with `spec.guard`), an annotation for the same reason."""
+    set's content digest (with `spec.guard`), `tls_digest` the TLS Secret's (with
+    `spec.tls`), annotations for the same reason."""
     server = service.spec["server"]
     volumes, mounts = volumes_and_mounts(service)
     volumes += build_fetch.volumes(service)  # spec.model.huggingFace: the fetched model
     mounts += build_fetch.mounts(service)
+    volumes += build_tls.volumes(service)  # spec.tls: the certificates
+    mounts += build_tls.mounts(service)
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
-    annotations = {}
+    annotations = build_tls.annotations(tls_digest)
     guard = service.spec.get("guard")
     if guard is not None:
         volumes.append({"name": GOLDEN_SET_VOLUME, "configMap": {

@@ -18,6 +18,7 @@ from hedgerow import fetch_settings, golden_set
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.operator import gateway_sizing, knobs
 from hedgerow.operator.crd_autoscaling import AUTOSCALING, GATEWAY_AUTOSCALING
+from hedgerow.operator.crd_network import NETWORK_POLICY, TLS
 from hedgerow.operator.crd_pods import pod_template
 from hedgerow.operator.patterns import (
     DNS_LABEL, DNS_SUBDOMAIN, EXTENDED_RESOURCE, LABEL_VALUE, PULL_POLICIES, QUALIFIED_NAME,
@@ -46,7 +47,7 @@ CHILD_SUFFIXES = ("-server", "-gateway")
 # Paths the builders mount in every pod (build_common, build_server, build_gateway): the model
 # volume must not land on one of them.
 RESERVED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/hedgerow/api-keys", "/etc/hedgerow/golden-set",
-                        "/var/cache/hedgerow/compile")
+                        "/var/cache/hedgerow/compile", "/etc/hedgerow/tls")
 
 
 def _tolerations(component: str) -> dict:
@@ -398,7 +399,8 @@ def _gateway() -> dict:
     )
 
 
-# spec.autoscaling has a module of its own (operator/crd_autoscaling.py).
+# spec.autoscaling and spec.networkPolicy have modules of their own (operator/crd_autoscaling.py,
+# operator/crd_network.py).
 
 WARMUP = obj(
     {
@@ -431,7 +433,8 @@ GUARD = obj(
 
 SPEC = obj(
     {"model": _model(), "server": _server(), "gateway": _gateway(), "autoscaling": AUTOSCALING,
-     "warmup": WARMUP, "guard": GUARD},
+     "warmup": WARMUP, "guard": GUARD, "networkPolicy": NETWORK_POLICY,
+     "tls": TLS},
     "Desired state of an EmbeddingService.",
     required=("model", "server", "gateway"),
     rules=(rule("self.gateway.chunkTokens <= self.server.maxRequestTokens",

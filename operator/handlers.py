@@ -8,11 +8,11 @@ set of `spec.guard`), how to talk to the API from kube.py. The spec itself
 was validated by the API server (the CRD's schema and CEL rules). Reconciliation is level-based
 and idempotent: every call applies the whole desired state (server-side apply), so create,
 update, resume and the drift-repair timer all run the same `reconcile`. A spec that cannot be
-reconciled for a reason no schema can see (a missing PVC, a missing or malformed golden set, a
-child name another object holds, a child the API server's validation or admission refuses, all
-asked before any write) becomes
-`Ready=False` with a reason and an event, and no child is touched: nothing half-built, no retry
-loop. Other API failures raise kopf.TemporaryError, which kopf retries with a delay.
+reconciled for a reason no schema can see (a missing PVC, a missing or malformed golden set or
+TLS Secret, a child name another object holds, a child the API server's validation or
+admission refuses, all asked before any write) becomes `Ready=False` with a reason and an
+event, and no child is touched: nothing half-built, no retry loop. Other API failures raise
+kopf.TemporaryError, which kopf retries with a delay.
 """
 
 import asyncio
@@ -25,7 +25,10 @@ import aiohttp
 import kopf
 
 from hedgerow import golden_set
-from hedgerow.operator import api_keys, build_fetch, model_fetch_status, names, status, warmup
+from hedgerow.errors import ConfigError
+from hedgerow.operator import (
+    api_keys, build_fetch, build_tls, model_fetch_status, names, status, warmup,
+)
 from hedgerow.operator.kube import ApiError, KubeClient
 from hedgerow.operator.manifests import build_all, keda_leftover, unwanted
 from hedgerow.operator.spec import Service, parse
@@ -33,6 +36,8 @@ from hedgerow.operator.spec import Service, parse
 MODEL_VOLUME_MISSING = "ModelVolumeNotFound"
 GOLDEN_SET_MISSING = "GoldenSetNotFound"
 GOLDEN_SET_INVALID = "GoldenSetInvalid"
+TLS_SECRET_MISSING = "TLSSecretNotFound"
+TLS_SECRET_INVALID = "TLSSecretInvalid"
 NAME_CONFLICT = "ChildNameTaken"
 REJECTED = "RejectedByApiServer"
 # Answers that say "this object, as written, will not be accepted" (validation, admission,
@@ -99,10 +104,35 @@ def _write_conditions(body: Mapping[str, Any], patch: kopf.Patch, conditions: li
     _announce(body, status.transitions(old, conditions))
 
 
-async def _preflight(ctx: Context, service: Service) -> str | None:
+async def _preflight(ctx: Context, service: Service) -> tuple[str | None, str | None]:
     """Checks the schema cannot make: the model's PVC (or the PVC a fetched model is cached
-    on) must exist; the golden set `spec.guard` names must exist and be one. Returns the
-    golden set's content digest (None without a guard)."""
+    on) must exist; the TLS Secret `spec.tls` names must exist and hold certificates the
+    processes accept; the golden set `spec.guard` names must exist and be one. Returns the
+    golden set's content digest and the TLS Secret's (each None without its field)."""
+    await _check_volumes(ctx, service)
+    tls_digest = await _check_tls_secret(ctx, service)
+    return await _check_golden_set(ctx, service), tls_digest
+
+
+async def _check_tls_secret(ctx: Context, service: Service) -> str | None:
+    """The TLS Secret's content digest (None without spec.tls); SpecError when it is missing
+    or malformed, so no pod is written that would not start, or start half-secured."""
+    if not build_tls.enabled(service):
+        return None
+    name = service.spec["tls"]["secretName"]
+    found = await ctx.kube.get("v1", "Secret", service.namespace, name)
+    if found is None:
+        raise SpecError(TLS_SECRET_MISSING,
+                        f"Secret {name!r} (spec.tls.secretName) does not exist in namespace "
+                        f"{service.namespace!r}; cert-manager writes it from a Certificate "
+                        "(docs/operator.md, Mutual TLS)")
+    try:
+        return build_tls.check_secret(found, service)
+    except ConfigError as error:
+        raise SpecError(TLS_SECRET_INVALID, str(error)) from None
+
+
+async def _check_volumes(ctx: Context, service: Service) -> None:
     claim = service.spec["model"].get("persistentVolumeClaim")
     claims = [(claim["claimName"], "spec.model.persistentVolumeClaim.claimName")] \
         if claim is not None else []
@@ -112,6 +142,9 @@ async def _preflight(ctx: Context, service: Service) -> str | None:
             raise SpecError(MODEL_VOLUME_MISSING,
                             f"PersistentVolumeClaim {name!r} ({field}) does not exist in "
                             f"namespace {service.namespace!r}")
+
+
+async def _check_golden_set(ctx: Context, service: Service) -> str | None:
     guard = service.spec.get("guard")
     if guard is None:
         return None
@@ -192,8 +225,9 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
     service = parse(body)
     try:
         await _leave_keda(ctx, service, logger)
-        golden_digest = await _preflight(ctx, service)
-        manifests = build_all(service, golden_digest, await _api_keys_digest(ctx, service))
+        golden_digest, tls_digest = await _preflight(ctx, service)
+        manifests = build_all(service, golden_digest, await _api_keys_digest(ctx, service),
+                              tls_digest)
         live = await _check_children(ctx, service, manifests)
     except SpecError as error:
         logger.warning("spec rejected: %s: %s", error.reason, error.message)

@@ -1,8 +1,8 @@
 """The full set of children of one EmbeddingService, in the order they are applied.
 
 Owns which children exist for a spec (`build_all`) and which must not (`unwanted`: the HPA when
-autoscaling is off, the gateway HPA when
-gateway autoscaling is; `keda_leftover`: a ScaledObject once engine keda is off). Pure; the
+autoscaling is off, the gateway HPA when gateway autoscaling is, the NetworkPolicies when
+spec.networkPolicy is off; `keda_leftover`: a ScaledObject once engine keda is off). Pure; the
 handlers apply what this returns.
 """
 
@@ -12,7 +12,7 @@ from hedgerow.operator import names
 from hedgerow.operator.build_gateway import (
     build_gateway_config, build_gateway_deployment, build_gateway_service,
 )
-from hedgerow.operator import build_keda
+from hedgerow.operator import build_keda, build_network
 from hedgerow.operator.build_scaling import build_gateway_hpa, build_hpa, build_pdb
 from hedgerow.operator.build_server import (
     build_server_config, build_server_deployment, build_server_service,
@@ -27,20 +27,22 @@ class ChildRef(NamedTuple):
 
 
 def build_all(service: Service, golden_set_digest: str | None = None,
-              api_keys_digest: str | None = None) -> list[dict]:
+              api_keys_digest: str | None = None, tls_digest: str | None = None) -> list[dict]:
     """Every child manifest; ConfigMaps first so Deployments never start without them.
     `golden_set_digest`: the content digest of the golden set `spec.guard` names;
-    `api_keys_digest`: that of the API keys in `spec.gateway.apiKeySecret` (api_keys.py)."""
+    `api_keys_digest`: that of the API keys in `spec.gateway.apiKeySecret` (api_keys.py);
+    `tls_digest`: that of the Secret `spec.tls` names."""
     server_config, gateway_config = build_server_config(service), build_gateway_config(service)
     children = [
         server_config,
         gateway_config,
         build_server_service(service),
         build_gateway_service(service),
-        build_server_deployment(service, server_config, golden_set_digest),
-        build_gateway_deployment(service, gateway_config, api_keys_digest),
+        build_server_deployment(service, server_config, golden_set_digest, tls_digest),
+        build_gateway_deployment(service, gateway_config, api_keys_digest, tls_digest),
         build_pdb(service, "server"),
         build_pdb(service, "gateway"),
+        *build_network.build_policies(service),
     ]
     if service.autoscaled and service.keda:
         children.append(build_keda.build_scaled_object(service))
@@ -60,6 +62,9 @@ def unwanted(service: Service) -> list[ChildRef]:
     if not service.gateways_autoscaled:
         out.append(ChildRef("autoscaling/v2", "HorizontalPodAutoscaler",
                             names.gateway_name(service)))
+    if not service.spec["networkPolicy"]["enabled"]:
+        out += [ChildRef(build_network.API_VERSION, build_network.KIND, name)
+                for name in (names.server_name(service), names.gateway_name(service))]
     return out
 
 

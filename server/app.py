@@ -3,7 +3,8 @@
 Order of events: the golden set (`--golden-set`) is read, so a bad one stops the server before
 anything else; the gRPC listener (Embedder, grpc.health.v1 with health NOT_SERVING, and server
 reflection, so grpcurl and other reflection clients list and call the services without the
-.proto) and the HTTP listener come up, so probes get answers while the model loads on a worker
+.proto), plaintext or, with --tls-cert/--tls-key/--tls-ca, mutual TLS for all three, and
+the HTTP listener come up, so probes get answers while the model loads on a worker
 thread; the embedding space is measured there too (fingerprint, golden-set check:
 server/space.py, server/golden_check.py), before the hot-set capture; then the scheduling loop
 starts and health turns SERVING once the engine is loaded and its warmup has returned. SIGTERM
@@ -162,8 +163,17 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     reflection.enable_server_reflection(REFLECTED_SERVICES, server)
     address = host_port(settings.host, settings.port)
     check_can_listen(settings.host, settings.port, "gRPC")
+    # With --tls-*, every service on the port (Embedder, health, reflection) is behind the
+    # same credentials: mutual TLS, a client certificate signed by the CA required. Never a
+    # plaintext port beside it.
+    files = settings.tls_files()
     try:
-        bound = server.add_insecure_port(address)
+        if files is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials(
+                [(files.key, files.cert)], root_certificates=files.ca,
+                require_client_auth=True))
     except RuntimeError:  # grpcio raises where older releases returned 0
         bound = 0
     if bound == 0:
@@ -178,6 +188,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
             f"cannot listen for HTTP on {host_port(settings.host, settings.http_port)}: {reason}"
         ) from None
     log.info("%s", fields(event="server.listening", grpc=address,
+                          tls="mutual" if files else "off",
                           http=host_port(settings.host, settings.http_port)))
     try:
         try:

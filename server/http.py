@@ -1,9 +1,11 @@
-"""The server's tiny HTTP side (port 9090): GET /metrics and GET /warmup, nothing else.
+"""The server's tiny HTTP side (port 9090): GET /metrics, /warmup and /readyz, nothing else.
 
 A minimal asyncio HTTP/1.1 responder (one request per connection, `Connection: close`), so
 the server extra needs no web framework. /metrics is the Prometheus text exposition of the
 server's registry; /warmup is JSON from `warmup_status` (what the operator's readiness gate
-reads). Knows nothing about gRPC, the engine or scheduling.
+reads); /readyz answers 200 while the server is serving (what gRPC health calls SERVING) and
+503 otherwise, for a kubelet probe where gRPC speaks mutual TLS, which the kubelet's gRPC
+probe cannot. Knows nothing about gRPC, the engine or scheduling.
 """
 
 import asyncio
@@ -19,20 +21,28 @@ from hedgerow.server.state import ServerState, warmup_status
 
 log = logging.getLogger("hedgerow.server.http")
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
 _MAX_HEAD = 16 * 1024
 _READ_TIMEOUT_S = 10.0
 
-Route = Callable[[], tuple[str, bytes]]
+Route = Callable[[], tuple[int, str, bytes]]
 
 
 def routes(state: ServerState) -> dict[str, Route]:
-    """Path -> a function returning (content type, body)."""
+    """Path -> a function returning (status, content type, body)."""
     return {
-        "/metrics": lambda: (CONTENT_TYPE_LATEST, state.metrics.render()),
-        "/warmup": lambda: ("application/json",
+        "/metrics": lambda: (200, CONTENT_TYPE_LATEST, state.metrics.render()),
+        "/warmup": lambda: (200, "application/json",
                             json.dumps(warmup_status(state), sort_keys=True).encode()),
+        "/readyz": lambda: _readiness(state),
     }
+
+
+def _readiness(state: ServerState) -> tuple[int, str, bytes]:
+    if state.serving:
+        return 200, "text/plain", b"serving\n"
+    return 503, "text/plain", b"not serving\n"
 
 
 async def start_http(state: ServerState, host: str, port: int) -> asyncio.Server:
@@ -76,8 +86,8 @@ async def _respond(reader: asyncio.StreamReader, table: dict[str, Route]
         return 404, "text/plain", f"not found; this server serves {known}\n".encode(), head_only
     if method not in ("GET", "HEAD"):
         return 405, "text/plain", b"only GET and HEAD are supported\n", False
-    content_type, body = table[path]()
-    return 200, content_type, body, head_only
+    status, content_type, body = table[path]()
+    return status, content_type, body, head_only
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes:

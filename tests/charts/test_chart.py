@@ -106,8 +106,8 @@ def test_defaults_are_cluster_wide_with_least_privilege():
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "nodes" not in rule["resources"]
-        if "secrets" in rule["resources"]:  # the API-key Secret's digest: read, never listed
-            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"]
+        if "secrets" in rule["resources"]:  # API-key and TLS Secrets: read by name, never listed
+            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"], rule
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["hedgerow"] and container["args"] == ["operator"]

@@ -11,10 +11,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from tests.conftest import free_port
 
 
-def http_listener(status: int) -> tuple[http.server.HTTPServer, int]:
+def http_listener(status: int, path: str = "/healthz") -> tuple[http.server.HTTPServer, int]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (the stdlib's name)
-            self.send_response(status if self.path == "/healthz" else 404)
+            self.send_response(status if self.path == path else 404)
             self.end_headers()
 
         def log_message(self, *args):
@@ -63,6 +63,22 @@ def test_server_grpc_health(healthcheck_script, monkeypatch, capsys, status, cod
         server.stop(None)
     out = capsys.readouterr().out
     assert out == "healthy\n" if code == 0 else "NOT_SERVING" in out
+
+
+@pytest.mark.parametrize("status, code", [(200, 0), (503, 1)])
+def test_a_server_with_mutual_tls_is_judged_by_readyz(healthcheck_script, monkeypatch, capsys,
+                                                      status, code):
+    server, port = http_listener(status, "/readyz")
+    monkeypatch.setenv("HEDGEROW_HOST", "127.0.0.1")
+    monkeypatch.setenv("HEDGEROW_PORT", str(free_port()))  # nothing there: gRPC is not asked
+    monkeypatch.setenv("HEDGEROW_HTTP_PORT", str(port))
+    monkeypatch.setenv("HEDGEROW_TLS_CERT", "/etc/hedgerow/tls/tls.crt")
+    try:
+        assert healthcheck_script.main(["server"]) == code
+    finally:
+        server.shutdown()
+    out = capsys.readouterr().out
+    assert out == "healthy\n" if code == 0 else f"/readyz answered {status}" in out
 
 
 def test_operator_liveness_off_is_reported(healthcheck_script, monkeypatch, capsys):

@@ -89,6 +89,23 @@ MUTATIONS = [
 
 
 
+# spec.networkPolicy's peers (operator/crd_network.py)
+WEB_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "web"}},
+            "podSelector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}}
+MUTATIONS += [
+    lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [
+        WEB_PEER, {"ipBlock": {"cidr": "10.0.0.0/8"}},
+        {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["b"]}]}}]}),
+    lambda b: b["spec"].update(networkPolicy={"gatewayFrom": []}),
+    lambda b: b["spec"].update(networkPolicy={"metricsFrom": [
+        {"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]}),
+    lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [
+        {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}]}),
+    lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [
+        {"podSelector": {"matchLabels": {"bad key": "x"}}}]}),
+]
+
+
 # spec.model.huggingFace: the model the operator fetches.
 HF_COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
 
@@ -217,6 +234,26 @@ def test_the_examples_are_admitted(path):
     (lambda b: b["spec"]["server"].update(compileCache={
         "persistentVolumeClaim": {"claimName": "c", "subPath": "a/../b"}}),
      "compileCache.persistentVolumeClaim.subPath must be a relative path"),
+    # spec.networkPolicy
+    (lambda b: b["spec"].update(networkPolicy={"gatewayFrom": []}),
+     "leave the field out for the default"),
+    (lambda b: b["spec"].update(networkPolicy={"metricsFrom": [{}]}),
+     "either an ipBlock or pod/namespace selectors"),
+    (lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [
+        {"ipBlock": {"cidr": "10.0.0.0/8"}, "namespaceSelector": {}}]}),
+     "either an ipBlock or pod/namespace selectors"),
+    (lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [{"podSelector": {
+        "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["b"]}]}}]}),
+     "In and NotIn need values"),
+    (lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [
+        {"podSelector": {"matchLabels": {"bad key": "x"}}}]}),
+     "matchLabels keys must be label keys"),
+    (lambda b: b["spec"].update(networkPolicy={"gatewayFrom": [{"ipBlock": {"cidr": "any"}}]}),
+     "spec.networkPolicy.gatewayFrom[0].ipBlock.cidr"),
+    (lambda b: b["spec"].update(networkPolicy={"enabled": "yes"}),
+     "spec.networkPolicy.enabled"),
+    (lambda b: b["spec"].update(tls={"secretName": "Not A Secret"}), "spec.tls.secretName"),
+    (lambda b: b["spec"].update(tls={}), "'secretName' is a required property"),
     # spec.model.huggingFace
     (lambda b: b["spec"]["model"].update(huggingFace={"id": "a/b", "revision": HF_COMMIT}),
      "model.huggingFace cannot be combined with model.path"),

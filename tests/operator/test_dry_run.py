@@ -76,7 +76,7 @@ def test_a_refused_child_is_ready_false_and_nothing_is_written():
 def test_a_passing_dry_run_is_followed_by_every_apply():
     kube = RefusingKube("nothing", 422)
     patch, _ = _reconcile(kube)
-    assert kube.writes == kube.dry_runs and len(kube.writes) == 8
+    assert kube.writes == kube.dry_runs and len(kube.writes) == 10  # with the two NetworkPolicies
     ready = next(c for c in patch.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] != handlers.REJECTED
 
@@ -109,7 +109,7 @@ def test_children_of_a_recreated_resource_of_the_same_name_are_adopted_not_refus
 
     adopted = Existing(old_owner)
     _reconcile(adopted)
-    assert len(adopted.writes) == 8
+    assert len(adopted.writes) == 10
     taken = Existing(stranger)
     patch, _ = _reconcile(taken)
     assert taken.writes == [] and taken.dry_runs == []

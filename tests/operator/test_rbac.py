@@ -78,12 +78,14 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
     await cluster.eventually(lambda: _gate_true(cluster, "emb-server-a"), "gate True")
     spec = cluster.resource("emb")["spec"]
     spec["autoscaling"]["enabled"] = False
+    spec["networkPolicy"] = {"enabled": False}
     await cluster.patch(f"{cluster.cr_path}/emb", {"spec": spec})
+    policy = cluster.child_path("networking.k8s.io/v1", "networkpolicies", "emb-server")
 
     async def hpa_gone():
-        return await cluster.get(hpa) is None
+        return await cluster.get(hpa) is None and await cluster.get(policy) is None
 
-    await cluster.eventually(hpa_gone, "the HPA deleted")
+    await cluster.eventually(hpa_gone, "the HPA and the NetworkPolicies deleted")
     keys = cluster.resource("keys")
     keys["spec"]["gateway"]["apiKeySecret"] = {"name": "absent"}
     await cluster.post(cluster.cr_path, keys)
@@ -94,6 +96,11 @@ async def test_rbac_matches_what_the_operator_does(cluster, kmock):
     await cluster.post(cluster.cr_path, bad)
     await cluster.eventually(lambda: _condition_reason(cluster, "pvc", "ModelVolumeNotFound"),
                              "ModelVolumeNotFound")
+    secured = cluster.resource("tls")
+    secured["spec"]["tls"] = {"secretName": "tls-certs"}
+    await cluster.post(cluster.cr_path, secured)
+    await cluster.eventually(lambda: _condition_reason(cluster, "tls", "TLSSecretNotFound"),
+                             "TLSSecretNotFound")
 
     allowed, made = granted(), used(kmock)
     assert made - allowed == set(), "requests the chart's RBAC would forbid"

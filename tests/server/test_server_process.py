@@ -259,6 +259,7 @@ def test_metrics_and_warmup_are_served_over_http(server, stub):
                  "hedgerow_step_seconds"):
         assert name in text, name
     assert server.metric("hedgerow_requests_total", status="ok") >= 1
+    assert server.http_get("/readyz") == b"serving\n"
     with pytest.raises(urllib.error.HTTPError) as missing:
         server.http_get("/nothing-here")
     assert missing.value.code == 404

@@ -54,8 +54,10 @@ makes against these rules, and that every rule is used):
   longer wants (delete on the other kinds and update on embeddingservices/finalizers: see the
   rules below);
 - KEDA ScaledObjects (spec.autoscaling.engine keda): as a child, and delete when keda is off;
+- NetworkPolicies (spec.networkPolicy): as a child, and delete when it is turned off;
 - pods: list server pods, patch pods/status for the readiness gate;
-- PVCs: get, to report a missing model volume; events: create.
+- PVCs: get, to report a missing model volume; Secrets: get, the one spec.tls names, to check
+  its certificates; events: create.
 */}}
 {{- define "hedgerow.namespacedRules" -}}
 - apiGroups: [hedgerow.dev]
@@ -83,6 +85,10 @@ makes against these rules, and that every rule is used):
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [get, create, patch, delete]
+# spec.networkPolicy: the two NetworkPolicies applied, and deleted once it is off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # spec.autoscaling.engine keda: the ScaledObject applied, and deleted once keda is off.
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
@@ -96,7 +102,8 @@ makes against these rules, and that every rule is used):
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
-# spec.gateway.apiKeySecret: read on every pass, its digest rolls the gateways on rotation.
+# spec.gateway.apiKeySecret (its digest rolls the gateways on rotation) and spec.tls (its
+# certificates are checked before any pod is written): read by name, never listed.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
