@@ -2,9 +2,9 @@
 
 Pre-norm blocks with RMSNorm, per-head RMSNorm on queries and keys, rotary position
 embeddings, grouped-query attention and a SwiGLU MLP. Query, key and value are one fused
-projection (`qkv`, [(Hq + 2 Hkv) D, H]) and gate/up one more (`gate_up`, [gate; up] rows, followed
-by its SwiGLU in one Sequential so a backend may fuse the pair); the loader fuses the
-checkpoint's matrices. `causal` picks causal (the LLM's own mask) or bidirectional
+projection (`qkv`, [(Hq + 2 Hkv) D, H]) and gate/up one more ([gate; up] rows), which sits with
+its SwiGLU in one Sequential (`gate_up`) so a backend may fuse the pair (cuda_linear.py); the
+loader fuses the checkpoint's matrices. `causal` picks causal (the LLM's own mask) or bidirectional
 attention (embedding fine-tunes such as pplx-embed). No KV cache, no padding, no I/O.
 """
 
