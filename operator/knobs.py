@@ -45,6 +45,8 @@ SERVER = (
     Knob("maxInflightTokens", ServerSettings, "max_inflight_tokens"),
     Knob("shutdownGraceSeconds", ServerSettings, "shutdown_grace"),
     Knob("hostCpu", ServerSettings, "host_cpu"),
+    Knob("probeIntervalSeconds", ServerSettings, "probe_interval"),
+    Knob("probeMinCosine", ServerSettings, "probe_min_cosine"),
     Knob("attentionBackend", GpuSettings, "attention_backend"),
     Knob("compile", GpuSettings, "compile"),
     Knob("compileMode", GpuSettings, "compile_mode"),
