@@ -70,6 +70,7 @@ GATEWAY = (
     Knob("modelAliases", GatewaySettings, "served_model_aliases"),
     Knob("acceptTokenIds", GatewaySettings, "accept_token_ids"),
     Knob("accessLogSample", GatewaySettings, "access_log_sample"),
+    Knob("ejectAfterFailures", GatewaySettings, "eject_after_failures"),
     Knob("logFormat", GatewaySettings, "log_format"),
 )
 
