@@ -5,10 +5,9 @@ the GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the opera
 tracking), gRPC readiness and startup probes on 50051 (with `spec.tls`, GET /readyz on 9090:
 the kubelet's gRPC probe speaks no TLS), a liveness probe on GET /livez (503 once the engine
 failed: a sticky device error or a failed probe batch, so the kubelet restarts the container
-within LIVENESS_PERIOD_SECONDS x LIVENESS_FAILURE_THRESHOLD), the TLS Secret and the --tls-* flags, a preStop pause
-that lets gateways drop the pod from DNS before SIGTERM starts the drain, a non-root,
-read-only container, and, with
-`spec.guard`, the golden set's ConfigMap mounted where `--golden-set` reads it (its digest an
+within LIVENESS_PERIOD_SECONDS x LIVENESS_FAILURE_THRESHOLD), the TLS Secret and the --tls-*
+flags, a preStop pause that lets gateways drop the pod from DNS before SIGTERM starts the drain,
+a non-root, read-only container, and, with `spec.guard`, the golden set's ConfigMap mounted where `--golden-set` reads it (its digest an
 annotation, so re-recording it rolls the servers, which check it at start). When an
 HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
 takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when that starts).

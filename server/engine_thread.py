@@ -82,7 +82,7 @@ class EngineThread:
         self.cpus = cpus
         self.handoff_grace = handoff_grace
         self.engine: Any = None
-        self.probe: Probe | None = None  # what places a step error; None: every one is fatal
+        self.probe: Probe | None = None  # places step errors; None: only sticky ones are fatal
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._work, name="hedgerow-engine", daemon=True)
