@@ -83,8 +83,9 @@ class Kubelet:
             "v1", "configmaps", container["envFrom"][0]["configMapRef"]["name"]))
         env = {**config["data"], **{item["name"]: item["value"] for item in container["env"]}}
         keys_file = Path(env[KEYS_FILE])
-        mount = next(m for m in container["volumeMounts"]
-                     if Path(m["mountPath"]) == keys_file.parent)
+        mount = next((m for m in container["volumeMounts"]
+                      if Path(m["mountPath"]) == keys_file.parent), None)
+        assert mount is not None, f"{KEYS_FILE}={keys_file} is in no volume the pod mounts"
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
         local = self.directory / f"pod{len(self.pods)}"
         local.mkdir()
