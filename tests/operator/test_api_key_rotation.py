@@ -92,14 +92,14 @@ class Kubelet:
         await self._write_secret(volume["secret"]["secretName"], local)
         del env[settings.env_name("service_dns")]  # --servers in its place
         env.update({KEYS_FILE: str(local / keys_file.name), settings.env_name("host"): "127.0.0.1",
-                    settings.env_name("model"): str(self.model_dir), "HOME": str(local)})
+                    settings.env_name("model"): str(self.model_dir)})
         gateway = gateway_helpers.RealGateway(
             self.directory / f"{local.name}.log", self.servers, auth=_auth(key), env=env)
         pod = Pod(local, volume["secret"]["secretName"], gateway,
                   env[settings.env_name("served_model_name")])
         self.pods.append(pod)
-        await _in_thread(gateway.wait_until, lambda: gateway.ready_replicas() == 1,
-                         f"gateway {local.name}")
+        await asyncio.to_thread(  # off this event loop, which kmock serves from
+            gateway.wait_until, lambda: gateway.ready_replicas() == 1, f"gateway {local.name}")
         return pod
 
     async def refresh(self, pod: Pod) -> None:
@@ -108,10 +108,6 @@ class Kubelet:
 
     def stop_all(self) -> list[int | None]:
         return [pod.gateway.stop() for pod in self.pods]
-
-
-async def _in_thread(function, *args):
-    return await asyncio.to_thread(function, *args)  # kmock serves from this event loop
 
 
 def _auth(key: str) -> dict:
