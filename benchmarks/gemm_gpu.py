@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hedgerow.engine.cuda_linear import interleave_rows
+
 
 def graph_time_us(fn, reps: int = 20) -> float:
     """Median microseconds of one call of `fn`, timed as CUDA-graph replays of 10 calls."""
@@ -57,12 +59,6 @@ def first_call_s(fn) -> float:
     fn()
     torch.cuda.synchronize()
     return time.perf_counter() - start
-
-
-def interleave_rows(weight: torch.Tensor) -> torch.Tensor:
-    """[gate; up] rows -> gate 0, up 0, gate 1, up 1, ... (QuACK's gated column pairs)."""
-    half = weight.shape[0] // 2
-    return torch.stack((weight[:half], weight[half:]), dim=1).reshape_as(weight).contiguous()
 
 
 def cells(tokens: list[int], tuned: bool):
