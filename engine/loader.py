@@ -22,7 +22,9 @@ from hedgerow.engine.checkpoint import Checkpoint
 from hedgerow.engine.models.bert import BertConfig, BertModel
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
-from hedgerow.model_files import read_object, read_sentence_transformers, readable
+from hedgerow.model_files import (
+    model_task, read_object, read_sentence_transformers, readable,
+)
 from hedgerow.progress import bar
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -100,6 +102,7 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         shown = model_type or ",".join(hf.get("architectures") or []) or "(no model_type)"
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
+    model_task(hf, config_path)
     st = read_sentence_transformers(directory)
     checkpoint = Checkpoint(directory, device, torch_dtype)
     with bar(checkpoint.tensor_count, "loading weights", unit="tensor") as progress:
