@@ -19,7 +19,7 @@ from torch import nn
 from hedgerow.defaults import model_name
 from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
-from hedgerow.engine.models.bert import BertConfig, BertModel
+from hedgerow.engine.models.bert import BertConfig, BertModel, ScoreHead
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import (
@@ -34,6 +34,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class LoadedModel:
     model: nn.Module  # BertModel or Qwen3Model, eval mode, on `device` in `dtype`
     architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
+    task: str  # embed | rerank (hedgerow.model_files.TASKS)
+    head: ScoreHead | None  # a cross-encoder's score head (applied to the pooled rows)
     config: BertConfig | Qwen3Config
     name: str
     pooling: str
@@ -60,15 +62,18 @@ def _device(name: str | torch.device) -> torch.device:
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu",
-               dtype: str = "float32", causal: bool | None = None) -> LoadedModel:
+               dtype: str = "float32", causal: bool | None = None,
+               task: str | None = None) -> LoadedModel:
     """Load the model directory `path` onto `device` in `dtype` (a key of `DTYPES`).
 
     `causal` applies to Qwen3 only: None reads config.json (`is_causal`,
-    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask.
+    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask. `task` (embed or
+    rerank) is what the caller expects: a checkpoint of another task is a ModelLoadError;
+    None takes the checkpoint's (config.json `architectures`).
     """
     directory = Path(path).expanduser()
     with readable(directory):
-        return _load_model(directory, device, dtype, causal)
+        return _load_model(directory, device, dtype, causal, task)
 
 
 def _check_fit(model: nn.Module, weights: convert.Weights, directory: Path) -> None:
@@ -85,7 +90,7 @@ def _check_fit(model: nn.Module, weights: convert.Weights, directory: Path) -> N
 
 
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
-                causal: bool | None) -> LoadedModel:
+                causal: bool | None, expected_task: str | None) -> LoadedModel:
     if not directory.exists():
         raise ModelLoadError(f"model path {directory} does not exist")
     if not directory.is_dir():
@@ -102,8 +107,16 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         shown = model_type or ",".join(hf.get("architectures") or []) or "(no model_type)"
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
-    model_task(hf, config_path)
+    task = model_task(hf, config_path)
+    if expected_task is not None and task != expected_task:
+        shown = ", ".join(hf.get("architectures") or []) or model_type
+        raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
+                             f"{expected_task!r} as asked (--task / spec.model.task)")
+    if task == "rerank" and model_type not in convert.BERT_FAMILY:
+        raise ModelLoadError(f"{config_path}: a {model_type} sequence classifier is not served "
+                             f"(cross-encoders: {', '.join(convert.BERT_FAMILY)})")
     st = read_sentence_transformers(directory)
+    head = None
     checkpoint = Checkpoint(directory, device, torch_dtype)
     with bar(checkpoint.tensor_count, "loading weights", unit="tensor") as progress:
         checkpoint.progress = progress
@@ -114,23 +127,35 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
             weights = convert.qwen3_weights(checkpoint, config)
             default_pooling = "last" if config.causal else "mean"
         else:
-            config = convert.bert_config(hf)
+            config = convert.bert_config(hf, task)
             with torch.device("meta"):
                 model = BertModel(config)
             weights = convert.bert_weights(checkpoint, config)
             default_pooling = "mean"
+            if task == "rerank":
+                labels, label = convert.relevance_label(hf)
+                with torch.device("meta"):
+                    head = ScoreHead(config.hidden_size, labels, label)
+                head_weights = convert.score_head_weights(checkpoint, model_type)
         checkpoint.close()
     _check_fit(model, weights, directory)
     model.load_state_dict(weights, strict=True, assign=True)
     model.eval().requires_grad_(False)
+    if head is not None:
+        _check_fit(head, head_weights, directory)
+        head.load_state_dict(head_weights, strict=True, assign=True)
+        head.eval().requires_grad_(False)
     usable = config.usable_positions
     max_tokens = min(st.max_seq_length, usable) if st.max_seq_length else usable
     return LoadedModel(
         model=model,
         architecture=model_type,
+        task=task,
+        head=head,
         config=config,
         name=model_name(directory),
-        pooling=st.pooling or default_pooling,
+        # A cross-encoder's head reads the first token ([CLS] / <s>), whatever files say.
+        pooling="cls" if head is not None else st.pooling or default_pooling,
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,
         templates=st.templates,

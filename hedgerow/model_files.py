@@ -22,15 +22,19 @@ DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
 POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
                  "pooling_mode_lasttoken": "last"}
 
-# config.json `architectures` the engine serves, and the task each serves. A head the engine
-# would drop (masked-LM, token classification, ...) is not here: such a checkpoint is refused,
-# never served as something else. Qwen3ForCausalLM is how Qwen3 embedding models ship (the
-# LM head is unused by them). A config without `architectures` is its model_type's base model.
+# config.json `architectures` the engine serves, and the task each serves: `embed` (pooled
+# vectors) or `rerank` (a cross-encoder: one relevance score per query-document pair). A head
+# the engine would drop (masked-LM, token classification, ...) is not here: such a checkpoint
+# is refused, never served as something else. Qwen3ForCausalLM is how Qwen3 embedding models
+# ship (the LM head is unused by them). A config without `architectures` is its model_type's
+# base model.
 ARCHITECTURES = {
     "BertModel": "embed", "RobertaModel": "embed", "XLMRobertaModel": "embed",
     "Qwen3Model": "embed", "Qwen3ForCausalLM": "embed",
+    "BertForSequenceClassification": "rerank", "RobertaForSequenceClassification": "rerank",
+    "XLMRobertaForSequenceClassification": "rerank",
 }
-TASKS = ("embed",)
+TASKS = ("embed", "rerank")
 
 
 @dataclass(frozen=True)
