@@ -30,6 +30,14 @@ class ServerSettings:
         "Unset serves the packaged all-MiniLM-L6-v2.",
         unit="path",
     )
+    task: str = setting(
+        "auto",
+        "What the model serves: embed (vectors: Embed and Score) or rerank (a cross-encoder's "
+        "pair scores: Rerank). auto: what the checkpoint is (config.json architectures: "
+        "*ForSequenceClassification is rerank). A checkpoint of another task than the one "
+        "named here is refused at start.",
+        choices=("auto", "embed", "rerank"),
+    )
     host: str = setting(
         "0.0.0.0",
         "Address the gRPC and HTTP listeners bind to; 127.0.0.1 keeps them on loopback.",

@@ -44,3 +44,23 @@ def free_port() -> int:
 @pytest.fixture
 def subprocess_env() -> dict[str, str]:
     return child_env()
+
+
+def write_cross_encoder(directory: Path, seed: int = 0) -> Path:
+    """A random-weight BertForSequenceClassification (one logit) of small shapes, saved with
+    `save_pretrained` beside the packaged model's tokenizer.json (its vocabulary, so texts
+    tokenize for it): a cross-encoder directory as a user would serve one."""
+    import shutil
+
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=512, num_labels=1,
+        initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = transformers.BertForSequenceClassification(config).eval()
+    model.save_pretrained(directory)
+    shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
+    return directory

@@ -49,6 +49,11 @@ class EmbedderStub:
                 request_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.SerializeToString,
                 response_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
                 _registered_method=True)
+        self.Rerank = channel.unary_unary(
+                '/hedgerow.v1.Embedder/Rerank',
+                request_serializer=hedgerow_dot_wire_dot_embed__pb2.RerankRequest.SerializeToString,
+                response_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+                _registered_method=True)
 
 
 class EmbedderServicer:
@@ -77,6 +82,14 @@ class EmbedderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rerank(self, request, context):
+        """Score query-document pairs with a cross-encoder (a server whose Info.task is "rerank") and
+        return the best pairs, best first: score descending, ties to the lower pair index.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmbedderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +106,11 @@ def add_EmbedderServicer_to_server(servicer, server):
             'Score': grpc.unary_unary_rpc_method_handler(
                     servicer.Score,
                     request_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.FromString,
+                    response_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.SerializeToString,
+            ),
+            'Rerank': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rerank,
+                    request_deserializer=hedgerow_dot_wire_dot_embed__pb2.RerankRequest.FromString,
                     response_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.SerializeToString,
             ),
     }
@@ -176,6 +194,33 @@ class Embedder:
             target,
             '/hedgerow.v1.Embedder/Score',
             hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.SerializeToString,
+            hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rerank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hedgerow.v1.Embedder/Rerank',
+            hedgerow_dot_wire_dot_embed__pb2.RerankRequest.SerializeToString,
             hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
             options,
             channel_credentials,
