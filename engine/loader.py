@@ -144,7 +144,9 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
     if head is not None:
         _check_fit(head, head_weights, directory)
         head.load_state_dict(head_weights, strict=True, assign=True)
-        head.eval().requires_grad_(False)
+        # In float64, where a pair's score does not depend on its row in the batch (see
+        # ScoreHead); the head is two small products, so this costs next to nothing.
+        head.to(torch.float64).eval().requires_grad_(False)
     usable = config.usable_positions
     max_tokens = min(st.max_seq_length, usable) if st.max_seq_length else usable
     return LoadedModel(

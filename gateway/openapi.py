@@ -93,6 +93,8 @@ class RerankResult(BaseModel):
     index: int
     relevance_score: float | None
     document: dict[str, str] | None = None
+    truncated: bool | None = Field(None, description="True when a cross-encoder read the "
+                                   "document cut to fit the model; left out otherwise.")
 
 
 class RerankResponse(BaseModel):
@@ -198,7 +200,8 @@ class TeiRerankRequest(BaseModel):
     query: str
     texts: list[str]
     truncate: bool | None = None
-    raw_scores: bool = False
+    raw_scores: bool = Field(False, description="A cross-encoder's logit instead of its "
+                             "sigmoid; no effect with an embedding model (cosine).")
     return_text: bool = False
 
 
@@ -206,6 +209,8 @@ class TeiRank(BaseModel):
     index: int
     score: float | None
     text: str | None = None
+    truncated: bool | None = Field(None, description="True when a cross-encoder read the "
+                                   "text cut to fit the model; left out otherwise.")
 
 
 # --- Operations -----------------------------------------------------------------------------

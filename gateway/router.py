@@ -1,7 +1,8 @@
 """Send a request's chunks to the least-loaded ready replicas and gather the results in order.
 
 Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the query
-and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently with
+and the chunk's documents, answered with the chunk's top-k; or Rerank for a cross-encoder, the
+chunk's query-document pairs and their token types, answered likewise): each chunk goes, concurrently with
 the others, to the ready replica with the fewest in-flight tokens (ties go to the one picked
 longest ago) among those with room under their admission bound, waiting for room when none has
 it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) or CANCELLED (the
@@ -44,14 +45,14 @@ from hedgerow.gateway.errors import (
 )
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.replicas import Replica
-from hedgerow.gateway.tokenizer import Sequences
+from hedgerow.gateway.tokenizer import Pairs, Sequences
 from hedgerow.logs import fields
 from hedgerow.wire import embed_pb2
 
 log = logging.getLogger("hedgerow.gateway.router")
 
-# Retries (UNAVAILABLE: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe: Embed and
-# Score are pure functions of their input, so a chunk may be sent twice.
+# Retries (UNAVAILABLE: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe: Embed,
+# Score and Rerank are pure functions of their input, so a chunk may be sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
 # Codes that say the server did not take the chunk: it is down, going, or stopped before it
@@ -349,6 +350,30 @@ class Router:
         results = await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
                                                     deadline, space) for chunk in chunks)
         return [(indices, scores) for indices, scores, _ in results], results[0][2]
+
+    async def rerank(self, pairs: Pairs, chunks: Sequence[Chunk], *, top_n: int,
+                     deadline: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        """Score every chunk of a cross-encoder's query-document pairs, each chunk one Rerank
+        call on one replica asking for min(top_n, chunk size). Returns as `score` does (GLOBAL
+        pair indices, the pairs' scores), and raises as `embed` does."""
+        self.admit(pairs.total_tokens, deadline)
+        starts = pairs.starts()
+        space = self._request_space(len(chunks))
+        results = await self._all(self._rerank_chunk(pairs, starts, chunk, top_n, deadline,
+                                                     space) for chunk in chunks)
+        return [(indices, scores) for indices, scores, _ in results], results[0][2]
+
+    async def _rerank_chunk(self, pairs: Pairs, starts: list[int], chunk: Chunk, top_n: int,
+                            deadline: float, space: str | None
+                            ) -> tuple[np.ndarray, np.ndarray, str]:
+        input_ids, cu_seqlens = pack(pairs.input_ids, starts, chunk)
+        type_ids, _ = pack(pairs.type_ids, starts, chunk)
+        wanted = min(top_n, chunk.size)
+        request = embed_pb2.RerankRequest(input_ids=input_ids, cu_seqlens=cu_seqlens,
+                                          token_type_ids=type_ids, top_n=wanted)
+        response = await self._send("Rerank", request, chunk, chunk.tokens, deadline, space)
+        local, scores = decode_scores(response, wanted, chunk.size)
+        return local + chunk.start, scores, response.space
 
     async def _all(self, calls: Iterable[Awaitable[T]]) -> list[T]:
         """Run the per-chunk calls concurrently; the first failure cancels the others.

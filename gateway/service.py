@@ -1,7 +1,7 @@
 """The gateway's request logic, between the HTTP routes and the router.
 
 Owns the steps of one embeddings request after parsing: check the model name (the served
-name or one of its aliases) and `dimensions`, normalize `input`, apply the input type's
+name or one of its aliases), its task (a reranker serves no embeddings) and `dimensions`, normalize `input`, apply the input type's
 template and tokenize (or, when --accept-token-ids allows them, check client token ids against
 the vocabulary), enforce the per-input and per-request token limits, cut the sequences into
 chunks and have the router embed them. Also owns the served model's card, which the first
@@ -80,6 +80,17 @@ class EmbeddingService:
                                f"model (its prompts: {known})", param=param,
                                code="invalid_value")
         return templates[prompt_name]
+
+    def check_task(self, task: str, what: str) -> None:
+        """RequestError naming the served model's task when it is not `task` (`what` names
+        the request: "embeddings", say)."""
+        if self.card.task != task:
+            hint = {"rerank": "a cross-encoder: it scores query-document pairs; call "
+                              "/v1/rerank, /v2/rerank or /rerank",
+                    "embed": "an embedding model"}[self.card.task]
+            raise RequestError(f"model {self.card.name!r} is of task {self.card.task!r} ("
+                               f"{hint}) and serves no {what}", param="model",
+                               code="wrong_task")
 
     def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is None:
@@ -168,6 +179,7 @@ class EmbeddingService:
         overrides --truncate, `normalize` the model's own choice, `template` the input
         type's; `param` names the input field in messages."""
         self.check_model(model)
+        self.check_task("embed", "embeddings")
         self.check_dimensions(dimensions)
         sequences = await self.sequences(raw_input, input_type, truncate=truncate,
                                          template=template, param=param)

@@ -140,7 +140,10 @@ class ScoreHead(nn.Module):
     `out(tanh(dense(pooled)))` (BERT's pooler and classifier; RoBERTa's classifier dense and
     out_proj: the same math). With one label the score is its logit; with several, the log-odds
     of `label` against the rest, `logit[label] - logsumexp(others)`, whose sigmoid is the
-    softmax probability of `label`.
+    softmax probability of `label`. The head computes in its weights' dtype (the loader keeps
+    it in float64): a float32 matrix product's rounding depends on the batch's row count and a
+    row's place in it, which would score a duplicate pair differently in one batch, while in
+    float64 those differences vanish in the rounding to float32.
     """
 
     def __init__(self, hidden_size: int, num_labels: int, label: int) -> None:
@@ -151,10 +154,10 @@ class ScoreHead(nn.Module):
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         x = pooled.to(self.dense.weight.dtype)
-        logits = self.out(torch.tanh(self.dense(x))).float()
+        logits = self.out(torch.tanh(self.dense(x)))
         k = self.label
         score = logits[:, k:k + 1]
-        if logits.shape[1] == 1:
-            return score
-        others = torch.cat((logits[:, :k], logits[:, k + 1:]), dim=1)
-        return score - torch.logsumexp(others, dim=1, keepdim=True)
+        if logits.shape[1] > 1:
+            others = torch.cat((logits[:, :k], logits[:, k + 1:]), dim=1)
+            score = score - torch.logsumexp(others, dim=1, keepdim=True)
+        return score.float()
