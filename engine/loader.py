@@ -111,7 +111,7 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
     if expected_task is not None and task != expected_task:
         shown = ", ".join(hf.get("architectures") or []) or model_type
         raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
-                             f"{expected_task!r} as asked (--task / spec.model.task)")
+                             f"the {expected_task!r} asked for")
     if task == "rerank" and model_type not in convert.BERT_FAMILY:
         raise ModelLoadError(f"{config_path}: a {model_type} sequence classifier is not served "
                              f"(cross-encoders: {', '.join(convert.BERT_FAMILY)})")

@@ -143,7 +143,7 @@ def test_a_task_other_than_the_checkpoints_is_refused(tmp_path):
     transformers.BertForSequenceClassification(
         _config(transformers.BertConfig, num_labels=1)).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match=r"checkpoint for task 'rerank' "
-                                             r"\(BertForSequenceClassification\), not 'embed'"):
+                                             r"\(BertForSequenceClassification\), not the 'embed' asked for"):
         Engine.load(tmp_path, task="embed")
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
