@@ -3,7 +3,8 @@
 `Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a
 handle to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task
 `rerank`), float32 [B, 1]: each query-document pair's relevance score (a logit, before any
-sigmoid), its document tokens' ids folded as `id + vocab_size` (see `fold_segments`). Everything that depends on the
+sigmoid), its document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for
+lexical weights (task `sparse`), float32 [B, max_tokens]: each token's weight at its position. Everything that depends on the
 values of `cu_seqlens` (positions, per-token sequence index) is computed on the host first, so
 the forward pass itself never syncs. The engine knows nothing about tokenization, templates,
 requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
@@ -38,7 +39,8 @@ log = logging.getLogger("hedgerow.engine")
 class ModelInfo:
     name: str
     architecture: str  # bert | roberta | xlm-roberta | qwen3
-    dimensions: int  # width of a step's rows: the embedding width, 1 for a reranker's score
+    dimensions: int  # width of a step's rows: the embedding width, 1 for a reranker's score,
+    # max_tokens for lexical weights (task sparse: row b holds sequence b's token weights)
     max_tokens: int  # per sequence
     vocab_size: int
     pooling: str  # cls | mean | last
@@ -47,7 +49,7 @@ class ModelInfo:
     dtype: str = "float32"
     device: str = "cpu"
     dtype_reason: str = ""  # why `--dtype auto` chose `dtype`; empty when it was asked for
-    task: str = "embed"  # embed | rerank (a cross-encoder)
+    task: str = "embed"  # embed | rerank (a cross-encoder) | sparse (lexical weights)
     token_types: int = 1  # token types (segments) the model reads; 1: segment 0 only
 
 
@@ -72,7 +74,8 @@ class Engine:
         self.info = ModelInfo(
             name=loaded.name,
             architecture=loaded.architecture,
-            dimensions=1 if loaded.head is not None else loaded.config.hidden_size,
+            dimensions=(1 if loaded.head is not None else loaded.max_tokens
+                        if loaded.task == "sparse" else loaded.config.hidden_size),
             max_tokens=loaded.max_tokens,
             vocab_size=loaded.config.vocab_size,
             pooling=loaded.pooling,
@@ -176,7 +179,8 @@ class Engine:
         with torch.inference_mode():
             hidden = self._model(input_ids, position_ids, cu_seqlens, batch.max_seqlen,
                                  self._attention)
-            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling)[:rows]
+            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling,
+                          self.info.max_tokens)[:rows]
             if self._head is not None:
                 pooled = self._head(pooled)
         if device.type == "cpu":

@@ -328,7 +328,7 @@ class CudaStepper:
         """Model forward (attention backend number `backend`) then pooling (and a
         cross-encoder's head): float32 [number of slots, H] (or [number of slots, 1])."""
         hidden = self.model(ids, pos, cu, max_seqlen, routed(backend))
-        pooled = pool(hidden, pool_starts, seq_index, lengths, self.pooling)
+        pooled = pool(hidden, pool_starts, seq_index, lengths, self.pooling, self.max_tokens)
         return pooled if self.head is None else self.head(pooled)
 
     def _run_unpadded(self, feed: RaggedBatch) -> torch.Tensor:

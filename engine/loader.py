@@ -19,11 +19,12 @@ from torch import nn
 from hedgerow.defaults import model_name
 from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
-from hedgerow.engine.models.bert import BertConfig, BertModel, ScoreHead
+from hedgerow.engine.models.bert import BertConfig, BertModel, LexicalWeights, ScoreHead
+from hedgerow.engine.pooling import TOKENS
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import (
-    model_task, read_object, read_sentence_transformers, readable,
+    SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, readable,
 )
 from hedgerow.progress import bar
 
@@ -32,9 +33,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass
 class LoadedModel:
-    model: nn.Module  # BertModel or Qwen3Model, eval mode, on `device` in `dtype`
+    model: nn.Module  # BertModel, Qwen3Model or LexicalWeights, eval, on `device` in `dtype`
     architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
-    task: str  # embed | rerank (hedgerow.model_files.TASKS)
+    task: str  # embed | rerank | sparse (hedgerow.model_files.TASKS)
     head: ScoreHead | None  # a cross-encoder's score head (applied to the pooled rows)
     config: BertConfig | Qwen3Config
     name: str
@@ -89,6 +90,27 @@ def _check_fit(model: nn.Module, weights: convert.Weights, directory: Path) -> N
             f"{tuple(weights[first].shape)}, config.json implies {expected[first]}{more}")
 
 
+def _with_lexical_weights(encoder: BertModel, directory: Path, device: torch.device,
+                          dtype: torch.dtype) -> LexicalWeights:
+    """`encoder` with BGE-M3's sparse head from `sparse_linear.pt` (a torch state dict of
+    `weight` [1, H] and `bias` [1], read with weights_only: tensors, no code)."""
+    path = directory / SPARSE_HEAD_FILE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError) as error:
+        raise ModelLoadError(f"cannot read {path}: {error}") from None
+    hidden = encoder.config.hidden_size
+    if not isinstance(state, dict) or set(state) != {"weight", "bias"} or tuple(
+            state["weight"].shape) != (1, hidden) or tuple(state["bias"].shape) != (1,):
+        raise ModelLoadError(f"{path} must hold a linear layer of {hidden} -> 1 (weight "
+                             f"[1, {hidden}] and bias [1]), as BGE-M3's does")
+    with torch.device("meta"):
+        model = LexicalWeights(encoder)
+    model.sparse_linear.load_state_dict(
+        {name: t.to(device=device, dtype=dtype) for name, t in state.items()}, assign=True)
+    return model
+
+
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
                 causal: bool | None, expected_task: str | None) -> LoadedModel:
     if not directory.exists():
@@ -108,13 +130,18 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
     task = model_task(hf, config_path)
+    if expected_task == "sparse" and task == "embed":
+        if not (directory / SPARSE_HEAD_FILE).is_file():
+            raise ModelLoadError(f"task 'sparse' needs {SPARSE_HEAD_FILE} (BGE-M3's lexical "
+                                 f"weight head) in {directory}; there is none")
+        task = "sparse"
     if expected_task is not None and task != expected_task:
         shown = ", ".join(hf.get("architectures") or []) or model_type
         raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
                              f"the {expected_task!r} asked for")
-    if task == "rerank" and model_type not in convert.BERT_FAMILY:
-        raise ModelLoadError(f"{config_path}: a {model_type} sequence classifier is not served "
-                             f"(cross-encoders: {', '.join(convert.BERT_FAMILY)})")
+    if task != "embed" and model_type not in convert.BERT_FAMILY:
+        raise ModelLoadError(f"{config_path}: task {task!r} is not served for {model_type} "
+                             f"(it is for {', '.join(convert.BERT_FAMILY)})")
     st = read_sentence_transformers(directory)
     head = None
     checkpoint = Checkpoint(directory, device, torch_dtype)
@@ -140,6 +167,8 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         checkpoint.close()
     _check_fit(model, weights, directory)
     model.load_state_dict(weights, strict=True, assign=True)
+    if task == "sparse":
+        model = _with_lexical_weights(model, directory, device, torch_dtype)
     model.eval().requires_grad_(False)
     if head is not None:
         _check_fit(head, head_weights, directory)
@@ -156,8 +185,10 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         head=head,
         config=config,
         name=model_name(directory),
-        # A cross-encoder's head reads the first token ([CLS] / <s>), whatever files say.
-        pooling="cls" if head is not None else st.pooling or default_pooling,
+        # A cross-encoder's head reads the first token ([CLS] / <s>), whatever files say;
+        # lexical weights are per token.
+        pooling=("cls" if head is not None else TOKENS if task == "sparse"
+                 else st.pooling or default_pooling),
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,
         templates=st.templates,

@@ -205,6 +205,20 @@ class TeiRerankRequest(BaseModel):
     return_text: bool = False
 
 
+class TeiSparseRequest(BaseModel):
+    # No example: only a gateway whose model is served with task sparse answers one.
+    model_config = ConfigDict(extra="allow")
+    inputs: Texts | TokenIds
+    truncate: bool | None = None
+    truncation_direction: Literal["right", "Right"] | None = None
+    prompt_name: str | None = None
+
+
+class TeiSparseValue(BaseModel):
+    index: int = Field(description="A token id of the served model's vocabulary.")
+    value: float = Field(description="Its lexical weight (> 0).")
+
+
 class TeiRank(BaseModel):
     index: int
     score: float | None
@@ -246,7 +260,7 @@ class CohereError(BaseModel):
 # The request bodies documented through `body` (their components come from request_schemas).
 REQUESTS = (EmbeddingsRequest, RerankRequest, TokenizeRequest, CohereEmbedRequest,
             CohereRerankRequest, TeiEmbedRequest, TeiSimilarityRequest, TeiRootRequest,
-            TeiRerankRequest)
+            TeiRerankRequest, TeiSparseRequest)
 
 
 def errors(model: type[BaseModel], invalid: int = 400) -> dict:

@@ -52,7 +52,7 @@ from hedgerow.wire import embed_pb2
 log = logging.getLogger("hedgerow.gateway.router")
 
 # Retries (UNAVAILABLE: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe: Embed,
-# Score and Rerank are pure functions of their input, so a chunk may be sent twice.
+# EmbedSparse, Score and Rerank are pure functions of their input, so a chunk may be sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
 # Codes that say the server did not take the chunk: it is down, going, or stopped before it
@@ -109,6 +109,23 @@ def decode_embeddings(response: embed_pb2.EmbedResponse, rows: int) -> np.ndarra
             f"server answered {count} rows of {width} in {len(response.embeddings)} bytes "
             f"for a chunk of {rows} sequences")
     return np.frombuffer(response.embeddings, dtype="<f4").reshape(count, width)
+
+
+def decode_sparse(response: embed_pb2.SparseEmbedResponse, rows: int
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sequence (token ids uint32 [k], weights float32 [k]) from a SparseEmbedResponse;
+    UpstreamError when it is malformed."""
+    counts = list(response.counts)
+    total = sum(counts)
+    if len(counts) != rows or len(response.indices) != 4 * total or len(
+            response.values) != 4 * total:
+        raise UpstreamError(f"server answered {len(counts)} sparse vectors of {total} entries "
+                            f"in {len(response.indices)} + {len(response.values)} bytes for a "
+                            f"chunk of {rows} sequences")
+    indices = np.frombuffer(response.indices, dtype="<u4")
+    values = np.frombuffer(response.values, dtype="<f4")
+    bounds = list(itertools.accumulate(counts, initial=0))
+    return [(indices[a:b], values[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def decode_scores(response: embed_pb2.ScoreResponse, wanted: int, documents: int
@@ -327,6 +344,27 @@ class Router:
             request.normalize = normalize
         response = await self._send("Embed", request, chunk, chunk.tokens, deadline, space)
         return decode_embeddings(response, chunk.size), response.space
+
+    async def embed_sparse(self, sequences: Sequences, chunks: Sequence[Chunk], *,
+                           deadline: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        """Lexical weights of every sequence (a model of task sparse): per sequence in input
+        order (token ids uint32 [k], weights float32 [k]), and the one space's fingerprint.
+        Raises as `embed` does."""
+        self.admit(sequences.total_tokens, deadline)
+        starts = sequences.starts()
+        space = self._request_space(len(chunks))
+        results = await self._all(self._sparse_chunk(sequences, starts, chunk, deadline, space)
+                                  for chunk in chunks)
+        return [vector for vectors, _ in results for vector in vectors], results[0][1]
+
+    async def _sparse_chunk(self, sequences: Sequences, starts: list[int], chunk: Chunk,
+                            deadline: float, space: str | None
+                            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        input_ids, cu_seqlens = pack(sequences.input_ids, starts, chunk)
+        request = embed_pb2.EmbedRequest(input_ids=input_ids, cu_seqlens=cu_seqlens)
+        response = await self._send("EmbedSparse", request, chunk, chunk.tokens, deadline,
+                                    space)
+        return decode_sparse(response, chunk.size), response.space
 
     async def score(
         self,

@@ -87,7 +87,9 @@ class EmbeddingService:
         if self.card.task != task:
             hint = {"rerank": "a cross-encoder: it scores query-document pairs; call "
                               "/v1/rerank, /v2/rerank or /rerank",
-                    "embed": "an embedding model"}[self.card.task]
+                    "sparse": "lexical weights: call /embed_sparse",
+                    "embed": "an embedding model: call /v1/embeddings, /v2/embed or "
+                             "/embed"}[self.card.task]
             raise RequestError(f"model {self.card.name!r} is of task {self.card.task!r} ("
                                f"{hint}) and serves no {what}", param="model",
                                code="wrong_task")
@@ -170,6 +172,20 @@ class EmbeddingService:
         if truncate:
             token_ids = [tokens[:card.max_tokens] for tokens in token_ids]
         return Sequences.from_lists(token_ids)
+
+    async def embed_sparse(self, raw_input, *, deadline: float, truncate: bool | None,
+                           template: str, param: str = "inputs"
+                           ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, str]:
+        """Lexical weights of a request's inputs (a model of task sparse): per input in order
+        (token ids, weights), the prompt tokens and the space's fingerprint."""
+        self.check_task("sparse", "sparse vectors")
+        sequences = await self.sequences(raw_input, None, truncate=truncate, template=template,
+                                         param=param)
+        chunks = plan_chunks(sequences.lengths, self.chunk_budget())
+        vectors, space = await self.router.embed_sparse(sequences, chunks, deadline=deadline)
+        self.metrics.tokens.inc(sequences.total_tokens)
+        self.metrics.inputs.inc(len(sequences.lengths))
+        return vectors, sequences.total_tokens, space
 
     async def embed(self, raw_input, *, model: str | None, dimensions: int | None,
                     input_type: str | None, deadline: float, truncate: bool | None = None,

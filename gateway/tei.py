@@ -1,6 +1,6 @@
 """Text Embeddings Inference's HTTP API: its request shapes, parsed without I/O, and its answers.
 
-Owns TEI's requests (`/embed`, `/rerank`, `/tokenize`, `/similarity`, and `POST /`, where TEI
+Owns TEI's requests (`/embed`, `/embed_sparse`, `/rerank`, `/tokenize`, `/similarity`, and `POST /`, where TEI
 serves embeddings and Hugging Face's `InferenceClient` sends both `feature_extraction` and
 `sentence_similarity`) with a specific message for every malformed field, and TEI's answers:
 bare JSON arrays of vectors, ranks, tokens and scores, and the `/info` object. Fields TEI has
@@ -165,6 +165,14 @@ def embed_body(embeddings: np.ndarray) -> bytes:
                         option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def sparse_body(vectors: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """[[{"index", "value"}, ...], ...]: one sparse vector per input (TEI's /embed_sparse),
+    token ids ascending."""
+    return orjson.dumps([[{"index": int(index), "value": value}
+                          for index, value in zip(ids.tolist(), values.astype(np.float32))]
+                         for ids, values in vectors], option=orjson.OPT_SERIALIZE_NUMPY)
+
+
 def similarity_body(embeddings: np.ndarray) -> bytes:
     """[float, ...]: the cosine similarity of rows 1.. to row 0 (float32 [1+N, D])."""
     rows = embeddings.astype(np.float64)
@@ -226,7 +234,8 @@ def info_body(card: ModelCard, *, pooling: str | None, dtype: str | None,
         "model_id": card.name, "model_sha": None, "model_dtype": dtype or "unknown",
         "served_model_name": card.name,
         "model_type": ({"reranker": {}} if card.task == "rerank"
-                       else {"embedding": {"pooling": pooling or "unknown"}}),
+                       else {"embedding": {"pooling": "splade" if card.task == "sparse"
+                                           else pooling or "unknown"}}),
         "max_concurrent_requests": None, "max_input_length": card.max_tokens,
         "max_batch_tokens": max_batch_tokens, "max_batch_requests": None,
         "max_client_batch_size": max_client_batch_size, "auto_truncate": auto_truncate,

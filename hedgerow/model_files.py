@@ -34,7 +34,10 @@ ARCHITECTURES = {
     "BertForSequenceClassification": "rerank", "RobertaForSequenceClassification": "rerank",
     "XLMRobertaForSequenceClassification": "rerank",
 }
-TASKS = ("embed", "rerank")
+# `sparse` (BGE-M3's lexical weights) is never read from config.json: a BGE-M3 checkpoint is an
+# embedding model that also ships `sparse_linear.pt`, and serves sparse vectors when asked.
+TASKS = ("embed", "rerank", "sparse")
+SPARSE_HEAD_FILE = "sparse_linear.pt"
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,12 @@ class ServerSettings:
     )
     task: str = setting(
         "auto",
-        "What the model serves: embed (vectors: Embed and Score) or rerank (a cross-encoder's "
-        "pair scores: Rerank). auto: what the checkpoint is (config.json architectures: "
-        "*ForSequenceClassification is rerank). A checkpoint of another task than the one "
-        "named here is refused at start.",
-        choices=("auto", "embed", "rerank"),
+        "What the model serves: embed (vectors: Embed and Score), rerank (a cross-encoder's "
+        "pair scores: Rerank) or sparse (BGE-M3's lexical weights, from the sparse_linear.pt "
+        "beside its weights: EmbedSparse). auto: what the checkpoint is (config.json "
+        "architectures: *ForSequenceClassification is rerank, else embed). A checkpoint of "
+        "another task than the one named here is refused at start.",
+        choices=("auto", "embed", "rerank", "sparse"),
     )
     host: str = setting(
         "0.0.0.0",

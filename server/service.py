@@ -6,8 +6,9 @@ call's deadline, awaits the rows and answers the response's bytes, written strai
 ending with the space's fingerprint (bytes written once at start). `Score` does the same with a
 query and its documents (server/score.py), then ranks the documents by cosine on the engine
 thread (device work never runs elsewhere). `Rerank` scores query-document pairs with a
-cross-encoder (server/rerank.py) and ranks them the same way. Embed and Score serve a model of
-task `embed` only, Rerank one of task `rerank`: the other gets INVALID_ARGUMENT naming the
+cross-encoder (server/rerank.py) and ranks them the same way; `EmbedSparse` answers BGE-M3's
+lexical weights (server/sparse.py). Embed and Score serve a model of task `embed` only, Rerank
+one of task `rerank`, EmbedSparse one of task `sparse`: the other gets INVALID_ARGUMENT naming the
 model's task. `Info` reports the engine's model, its task and the fingerprint of its embedding
 space. Every HedgerowError becomes its status code in `_abort`; nothing else is
 caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
@@ -17,12 +18,14 @@ into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from hedgerow import __version__
+from hedgerow.defaults import default_model_path
 from hedgerow.errors import (
     HedgerowError, InvalidInputError, NotReadyError, OverloadedError,
 )
@@ -32,6 +35,7 @@ from hedgerow.server import metrics as m
 from hedgerow.server.convert import WireBatch, decode_batch, decode_options, encode_embeddings
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
 from hedgerow.server.rerank import decode_rerank, rank_pairs
+from hedgerow.server.sparse import encode_sparse, lexical_weights, special_ids
 from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -100,6 +104,7 @@ def _decoded(request):
 class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     def __init__(self, state: ServerState) -> None:
         self._state = state
+        self._special_ids: frozenset[int] | None = None  # read at the first EmbedSparse
 
     async def Embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext
                     ) -> embed_pb2.EmbedResponse:
@@ -112,6 +117,10 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     async def Rerank(self, request: embed_pb2.RerankRequest, context: grpc.aio.ServicerContext
                      ) -> embed_pb2.ScoreResponse:
         return await self._answer(self._rerank, request, context)
+
+    async def EmbedSparse(self, request: embed_pb2.EmbedRequest,
+                          context: grpc.aio.ServicerContext) -> embed_pb2.SparseEmbedResponse:
+        return await self._answer(self._embed_sparse, request, context)
 
     async def _answer(self, handler, request, context: grpc.aio.ServicerContext):
         """Run `handler(request, context, start)`, counting its outcome; errors become status."""
@@ -166,6 +175,18 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
                                                               info.device)
         return encode_scores(indices, scores, batch.num_tokens, self._state.space.fingerprint)
 
+    async def _embed_sparse(self, request: embed_pb2.EmbedRequest,
+                            context: grpc.aio.ServicerContext, start: float
+                            ) -> embed_pb2.SparseEmbedResponse:
+        _, loop = self._ready("sparse", "EmbedSparse")
+        batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
+        rows = await self._rows(loop, batch, context, start)
+        if self._special_ids is None:
+            self._special_ids = special_ids(Path(self._state.settings.model
+                                                 or default_model_path()))
+        vectors = lexical_weights(batch.input_ids, batch.cu_seqlens, rows, self._special_ids)
+        return encode_sparse(vectors, batch.num_tokens, self._state.space.fingerprint)
+
     def _checked(self, batch: WireBatch) -> WireBatch:
         """`batch`, once the model's own checks (vocabulary, sequence length) pass."""
         info = self._state.engine.info
@@ -217,7 +238,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         info = state.engine.info
         if task is not None and info.task != task:
             serves = {"embed": "embeddings (Embed, Score)",
-                      "rerank": "query-document pair scores (Rerank)"}[info.task]
+                      "rerank": "query-document pair scores (Rerank)",
+                      "sparse": "lexical weights (EmbedSparse)"}[info.task]
             raise InvalidInputError(f"{method} needs a model of task {task!r}; model "
                                     f"{info.name} is of task {info.task!r}: it serves {serves}")
         return state.engine, state.loop

@@ -54,6 +54,11 @@ class EmbedderStub:
                 request_serializer=hedgerow_dot_wire_dot_embed__pb2.RerankRequest.SerializeToString,
                 response_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
                 _registered_method=True)
+        self.EmbedSparse = channel.unary_unary(
+                '/hedgerow.v1.Embedder/EmbedSparse',
+                request_serializer=hedgerow_dot_wire_dot_embed__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=hedgerow_dot_wire_dot_embed__pb2.SparseEmbedResponse.FromString,
+                _registered_method=True)
 
 
 class EmbedderServicer:
@@ -90,6 +95,14 @@ class EmbedderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EmbedSparse(self, request, context):
+        """BGE-M3's lexical weights of every sequence (a server whose Info.task is "sparse"): per
+        sequence the largest weight of each token id it holds, special tokens left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmbedderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +125,11 @@ def add_EmbedderServicer_to_server(servicer, server):
                     servicer.Rerank,
                     request_deserializer=hedgerow_dot_wire_dot_embed__pb2.RerankRequest.FromString,
                     response_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.SerializeToString,
+            ),
+            'EmbedSparse': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedSparse,
+                    request_deserializer=hedgerow_dot_wire_dot_embed__pb2.EmbedRequest.FromString,
+                    response_serializer=hedgerow_dot_wire_dot_embed__pb2.SparseEmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +240,33 @@ class Embedder:
             '/hedgerow.v1.Embedder/Rerank',
             hedgerow_dot_wire_dot_embed__pb2.RerankRequest.SerializeToString,
             hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedSparse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hedgerow.v1.Embedder/EmbedSparse',
+            hedgerow_dot_wire_dot_embed__pb2.EmbedRequest.SerializeToString,
+            hedgerow_dot_wire_dot_embed__pb2.SparseEmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,7 +13,7 @@ A cross-encoder (`segments` > 1) reads token type ids (the query's segment 0, th
 segment 1) folded into the ids: a token of segment s arrives as `id + s * vocab_size`, so the
 ragged batch stays one int32 axis through the scheduler and the graphs. An embedding model
 reads segment 0 only. `ScoreHead` turns a cross-encoder's pooled [CLS] rows into one relevance
-score each.
+score each; `LexicalWeights` gives each token BGE-M3's lexical weight.
 """
 
 from dataclasses import dataclass
@@ -161,3 +161,22 @@ class ScoreHead(nn.Module):
             others = torch.cat((logits[:, :k], logits[:, k + 1:]), dim=1)
             score = score - torch.logsumexp(others, dim=1, keepdim=True)
         return score.float()
+
+
+class LexicalWeights(nn.Module):
+    """BGE-M3's sparse head on an encoder: each token's weight `relu(linear(hidden))`.
+
+    forward(input_ids [T], position_ids [T], cu_seqlens, max_seqlen, attention) -> [T, 1] in
+    the model's dtype (pooling "tokens" lays them out per sequence; the max per token id is
+    taken by whoever knows the ids)."""
+
+    def __init__(self, encoder: BertModel) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.config = encoder.config
+        self.sparse_linear = nn.Linear(encoder.config.hidden_size, 1)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        hidden = self.encoder(input_ids, position_ids, cu_seqlens, max_seqlen, attention)
+        return torch.relu(self.sparse_linear(hidden))
