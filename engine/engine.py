@@ -1,13 +1,13 @@
 """The engine: a loaded model, its attention backend and pooling, behind `step(batch)`.
 
-`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a
-handle to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task
-`rerank`), float32 [B, 1]: each query-document pair's relevance score (a logit, before any
-sigmoid), its document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for
-lexical weights (task `sparse`), float32 [B, max_tokens]: each token's weight at its position. Everything that depends on the
-values of `cu_seqlens` (positions, per-token sequence index) is computed on the host first, so
-the forward pass itself never syncs. The engine knows nothing about tokenization, templates,
-requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
+`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a handle
+to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task `rerank`),
+float32 [B, 1]: each query-document pair's relevance score (a logit, before any sigmoid), its
+document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for lexical weights
+(task `sparse`), float32 [B, max_tokens]: each token's weight at its position. Everything that
+depends on the values of `cu_seqlens` (positions, per-token sequence index) is computed on the host
+first, so the forward pass itself never syncs. The engine knows nothing about tokenization,
+templates, requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
 """
 
 import logging

@@ -1,10 +1,11 @@
 """What the gateway knows about the served model before and after a server answers Info.
 
-Owns the facts the gateway needs to validate and template requests: the served name, the
-task (`embed`, or `rerank` for a cross-encoder), the embedding width, the longest sequence, the vocabulary size and the query/document templates.
-They are read from the model directory at start (config.json, sentence_bert_config.json,
-config_sentence_transformers.json) and refined by the first server's `Info` answer, which is
-authoritative for what the server will accept. Knows nothing about HTTP or routing.
+Owns the facts the gateway needs to validate and template requests: the served name, the task
+(`embed`, or `rerank` for a cross-encoder), the embedding width, the longest sequence, the
+vocabulary size and the query/document templates. They are read from the model directory at start
+(config.json, sentence_bert_config.json, config_sentence_transformers.json) and refined by the
+first server's `Info` answer, which is authoritative for what the server will accept. Knows nothing
+about HTTP or routing.
 """
 
 import dataclasses

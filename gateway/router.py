@@ -1,8 +1,7 @@
 """Send a request's chunks to the least-loaded ready replicas and gather the results in order.
 
 Owns the routing decision and the per-chunk call (Embed; or Score for rerank, carrying the query
-and the chunk's documents, answered with the chunk's top-k; or Rerank for a cross-encoder, the
-chunk's query-document pairs and their token types, answered likewise): each chunk goes, concurrently with
+and the chunk's documents, answered with the chunk's top-k): each chunk goes, concurrently with
 the others, to the ready replica with the fewest in-flight tokens (ties go to the one picked
 longest ago) among those with room under their admission bound, waiting for room when none has
 it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) or CANCELLED (the

@@ -1,11 +1,12 @@
 """The gateway's request logic, between the HTTP routes and the router.
 
-Owns the steps of one embeddings request after parsing: check the model name (the served
-name or one of its aliases), its task (a reranker serves no embeddings) and `dimensions`, normalize `input`, apply the input type's
-template and tokenize (or, when --accept-token-ids allows them, check client token ids against
-the vocabulary), enforce the per-input and per-request token limits, cut the sequences into
-chunks and have the router embed them. Also owns the served model's card, which the first
-server's Info refines. Knows nothing about HTTP: routes convert JSON to calls and back.
+Owns the steps of one embeddings request after parsing: check the model name (the served name or
+one of its aliases), its task (a reranker serves no embeddings) and `dimensions`, normalize
+`input`, apply the input type's template and tokenize (or, when --accept-token-ids allows them,
+check client token ids against the vocabulary), enforce the per-input and per-request token limits,
+cut the sequences into chunks and have the router embed them. Also owns the served model's card,
+which the first server's Info refines. Knows nothing about HTTP: routes convert JSON to calls and
+back.
 """
 
 import dataclasses

@@ -1,12 +1,12 @@
 """Text Embeddings Inference's HTTP API: its request shapes, parsed without I/O, and its answers.
 
-Owns TEI's requests (`/embed`, `/embed_sparse`, `/rerank`, `/tokenize`, `/similarity`, and `POST /`, where TEI
-serves embeddings and Hugging Face's `InferenceClient` sends both `feature_extraction` and
-`sentence_similarity`) with a specific message for every malformed field, and TEI's answers:
-bare JSON arrays of vectors, ranks, tokens and scores, and the `/info` object. Fields TEI has
-and Hedgerow cannot honour (`truncation_direction: left`) are refused by name. The steps of a
-request are the embedding service's and the reranker's; errors are answered in TEI's shape by
-http_errors.py. Knows nothing about HTTP or servers.
+Owns TEI's requests (`/embed`, `/embed_sparse`, `/rerank`, `/tokenize`, `/similarity`, and `POST
+/`, where TEI serves embeddings and Hugging Face's `InferenceClient` sends both
+`feature_extraction` and `sentence_similarity`) with a specific message for every malformed field,
+and TEI's answers: bare JSON arrays of vectors, ranks, tokens and scores, and the `/info` object.
+Fields TEI has and Hedgerow cannot honour (`truncation_direction: left`) are refused by name. The
+steps of a request are the embedding service's and the reranker's; errors are answered in TEI's
+shape by http_errors.py. Knows nothing about HTTP or servers.
 """
 
 import dataclasses

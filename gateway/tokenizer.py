@@ -1,13 +1,13 @@
 """Text to token ids with Hugging Face `tokenizers`, in batch and off the event loop.
 
-Owns tokenization and templating: a template (the input type's prefix) is prepended to each
-text, the batch is encoded by the Rust tokenizer in a thread pool so a large request never
-stalls the event loop, and sequences longer than the model's limit are rejected with the limit
-named (or truncated, when configured). A cross-encoder's query-document pairs are encoded with
-the tokenizer's pair template, token type ids kept, the document side cut to fit. Padding and the tokenizer file's own truncation are
-switched off: the wire is ragged. A request of a few short texts is tokenized inline, since
-that takes microseconds and a thread hop costs more. Knows nothing about servers, HTTP or
-chunking.
+Owns tokenization and templating: a template (the input type's prefix) is prepended to each text,
+the batch is encoded by the Rust tokenizer in a thread pool so a large request never stalls the
+event loop, and sequences longer than the model's limit are rejected with the limit named (or
+truncated, when configured). A cross-encoder's query-document pairs are encoded with the
+tokenizer's pair template, token type ids kept, the document side cut to fit. Padding and the
+tokenizer file's own truncation are switched off: the wire is ragged. A request of a few short
+texts is tokenized inline, since that takes microseconds and a thread hop costs more. Knows nothing
+about servers, HTTP or chunking.
 """
 
 import array
