@@ -75,24 +75,27 @@ class Checkpoint:
             f"{', '.join(repr(p) for p in HEAD_PREFIXES if p)})"
         )
 
-    def require(self, names: Iterable[str]) -> None:
-        """Raise one ModelLoadError listing every name (without prefix) that is absent."""
+    def require(self, names: Iterable[str], prefixed: bool = True) -> None:
+        """Raise one ModelLoadError listing every name (without prefix, unless `prefixed` is
+        false: a head's full names) that is absent."""
         names = list(names)
-        missing = [n for n in names if self.prefix + n not in self._file_of]
+        prefix = self.prefix if prefixed else ""
+        missing = [n for n in names if prefix + n not in self._file_of]
         if missing:
             shown = ", ".join(missing[:8])
             if len(missing) > 8:
                 shown += f" and {len(missing) - 8} more"
             raise ModelLoadError(f"missing tensors in {self.directory}: {shown}")
-        if self.progress is not None:
+        if self.progress is not None and prefixed:
             self.progress.reset(total=len(names))
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self._file_of
 
-    def get(self, name: str) -> torch.Tensor:
-        """The tensor `prefix + name`, on the target device, in the target dtype."""
-        full = self.prefix + name
+    def get(self, name: str, prefixed: bool = True) -> torch.Tensor:
+        """The tensor `prefix + name` (`name` itself when not `prefixed`), on the target
+        device, in the target dtype."""
+        full = self.prefix + name if prefixed else name
         if full not in self._file_of:
             raise ModelLoadError(f"missing tensor {full!r} in {self.directory}")
         path = self._file_of[full]

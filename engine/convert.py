@@ -39,7 +39,9 @@ def _float(config: dict[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
-def bert_config(config: dict[str, Any]) -> BertConfig:
+def bert_config(config: dict[str, Any], task: str = "embed") -> BertConfig:
+    """A cross-encoder (`task` "rerank") reads every token type of its table; an embedding
+    model segment 0 only."""
     model_type = config["model_type"]
     kind = config.get("position_embedding_type", "absolute")
     if kind != "absolute":
@@ -62,6 +64,7 @@ def bert_config(config: dict[str, Any]) -> BertConfig:
             raise ModelLoadError(f"config.json: pad_token_id must be an integer >= 0, got {pad!r}")
         offset = pad + 1
     positions = _int(config, "max_position_embeddings", 512)
+    types = _int(config, "type_vocab_size", 2)
     if positions <= offset:
         raise ModelLoadError(
             f"config.json: max_position_embeddings {positions} leaves no position for tokens "
@@ -73,11 +76,45 @@ def bert_config(config: dict[str, Any]) -> BertConfig:
         num_heads=heads,
         intermediate_size=_int(config, "intermediate_size"),
         max_position_embeddings=positions,
-        type_vocab_size=_int(config, "type_vocab_size", 2),
+        type_vocab_size=types,
         layer_norm_eps=_float(config, "layer_norm_eps", 1e-12),
         hidden_act=act,
         position_offset=offset,
+        segments=types if task == "rerank" else 1,
     )
+
+
+# id2label names that mean "relevant" in published cross-encoders (compared lowercased).
+RELEVANT_LABELS = ("relevant", "positive", "yes", "true", "entailment")
+
+
+def relevance_label(config: dict[str, Any]) -> tuple[int, int]:
+    """(num_labels, the label whose score ranks) of a sequence-classification config.
+
+    One label: that one. Several: the one label whose id2label name is in RELEVANT_LABELS, else
+    label 1 of two (the usual "LABEL_1" = relevant); anything else is a ModelLoadError naming
+    the labels, since no rule says which one ranks."""
+    id2label = config.get("id2label") or {}
+    if not isinstance(id2label, dict):
+        raise ModelLoadError("config.json: id2label must be an object of label id -> name")
+    # No id2label: transformers' default of two labels (it writes none for the default).
+    count = len(id2label) or _int(config, "num_labels", 2)
+    if count == 1:
+        return 1, 0
+    try:
+        names = {int(key): str(name) for key, name in id2label.items()}
+    except ValueError:
+        raise ModelLoadError("config.json: id2label keys must be label numbers") from None
+    relevant = [key for key, name in names.items() if name.lower() in RELEVANT_LABELS]
+    if len(relevant) == 1:
+        return count, relevant[0]
+    if count == 2 and not relevant:
+        return 2, 1
+    shown = ", ".join(f"{key}={name}" for key, name in sorted(names.items()))
+    raise ModelLoadError(
+        f"config.json: a classifier with labels {shown} names no one relevance label (one of "
+        f"{', '.join(RELEVANT_LABELS)}), so no score can rank; use a checkpoint with one "
+        "label, or name the relevant one in id2label")
 
 
 def _rope_theta(config: dict[str, Any]) -> float:
@@ -160,8 +197,12 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> Weights:
             "embeddings.word_embeddings.weight")
     out.put("position_embeddings.weight", g("embeddings.position_embeddings.weight"),
             "embeddings.position_embeddings.weight")
-    out.put("token_type_embedding", g("embeddings.token_type_embeddings.weight")[0].clone(),
-            "embeddings.token_type_embeddings.weight[0]")
+    if config.segments > 1:
+        out.put("token_type_embeddings.weight", g("embeddings.token_type_embeddings.weight"),
+                "embeddings.token_type_embeddings.weight")
+    else:
+        out.put("token_type_embedding", g("embeddings.token_type_embeddings.weight")[0].clone(),
+                "embeddings.token_type_embeddings.weight[0]")
     out.put("embed_norm.weight", g("embeddings.LayerNorm.weight"), "embeddings.LayerNorm.weight")
     out.put("embed_norm.bias", g("embeddings.LayerNorm.bias"), "embeddings.LayerNorm.bias")
     renames = {"attn_out": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
@@ -175,6 +216,25 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> Weights:
                 fused), fused)
             for ours, theirs in renames.items():
                 out.put(f"{dst}{ours}.{kind}", g(f"{src}{theirs}.{kind}"), f"{src}{theirs}.{kind}")
+    return out
+
+
+# The sequence-classification head's tensors: (our name, BERT's, RoBERTa/XLM-R's), the latter
+# two without the encoder's prefix (BERT's pooler lives under it).
+_HEAD_TENSORS = (("dense", "bert.pooler.dense", "classifier.dense"),
+                 ("out", "classifier", "classifier.out_proj"))
+
+
+def score_head_weights(ckpt: Checkpoint, model_type: str) -> Weights:
+    """Our ScoreHead's state dict from a *ForSequenceClassification checkpoint."""
+    column = 1 if model_type == "bert" else 2
+    names = [f"{row[column]}.{kind}" for row in _HEAD_TENSORS for kind in ("weight", "bias")]
+    ckpt.require(names, prefixed=False)
+    out = Weights()
+    for row in _HEAD_TENSORS:
+        for kind in ("weight", "bias"):
+            theirs = f"{row[column]}.{kind}"
+            out.put(f"{row[0]}.{kind}", ckpt.get(theirs, prefixed=False), theirs)
     return out
 
 

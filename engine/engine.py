@@ -1,10 +1,13 @@
 """The engine: a loaded model, its attention backend and pooling, behind `step(batch)`.
 
-`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a
-handle to float32 [B, D] pooled (not normalised) embeddings. Everything that depends on the
-values of `cu_seqlens` (positions, per-token sequence index) is computed on the host first, so
-the forward pass itself never syncs. The engine knows nothing about tokenization, templates,
-requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
+`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a handle
+to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task `rerank`),
+float32 [B, 1]: each query-document pair's relevance score (a logit, before any sigmoid), its
+document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for lexical weights
+(task `sparse`), float32 [B, max_tokens]: each token's weight at its position. Everything that
+depends on the values of `cu_seqlens` (positions, per-token sequence index) is computed on the host
+first, so the forward pass itself never syncs. The engine knows nothing about tokenization,
+templates, requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
 """
 
 import logging
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from hedgerow.engine import dtype_choice
@@ -35,7 +39,8 @@ log = logging.getLogger("hedgerow.engine")
 class ModelInfo:
     name: str
     architecture: str  # bert | roberta | xlm-roberta | qwen3
-    dimensions: int
+    dimensions: int  # width of a step's rows: the embedding width, 1 for a reranker's score,
+    # max_tokens for lexical weights (task sparse: row b holds sequence b's token weights)
     max_tokens: int  # per sequence
     vocab_size: int
     pooling: str  # cls | mean | last
@@ -44,6 +49,15 @@ class ModelInfo:
     dtype: str = "float32"
     device: str = "cpu"
     dtype_reason: str = ""  # why `--dtype auto` chose `dtype`; empty when it was asked for
+    task: str = "embed"  # embed | rerank (a cross-encoder) | sparse (lexical weights)
+    token_types: int = 1  # token types (segments) the model reads; 1: segment 0 only
+
+
+def fold_segments(input_ids: np.ndarray, token_type_ids: np.ndarray, vocab_size: int
+                  ) -> np.ndarray:
+    """The ids a cross-encoder reads: int32 [T] `input_ids + token_type_ids * vocab_size`
+    (both int32 [T], checked: ids in the vocabulary, types below `info.token_types`)."""
+    return input_ids + token_type_ids * np.int32(vocab_size)
 
 
 class Engine:
@@ -52,6 +66,7 @@ class Engine:
     def __init__(self, loaded: LoadedModel, attention: Attention, gpu: "CudaStepper | None" = None
                  ) -> None:
         self._model = loaded.model
+        self._head = loaded.head
         self._attention = attention
         self._gpu = gpu  # the CUDA step path (graphs, bucketing, overlap); None on CPU
         self.device = loaded.device
@@ -59,7 +74,8 @@ class Engine:
         self.info = ModelInfo(
             name=loaded.name,
             architecture=loaded.architecture,
-            dimensions=loaded.config.hidden_size,
+            dimensions=(1 if loaded.head is not None else loaded.max_tokens
+                        if loaded.task == "sparse" else loaded.config.hidden_size),
             max_tokens=loaded.max_tokens,
             vocab_size=loaded.config.vocab_size,
             pooling=loaded.pooling,
@@ -67,22 +83,26 @@ class Engine:
             templates=dict(loaded.templates),
             dtype=str(loaded.dtype).removeprefix("torch."),
             device=str(loaded.device),
+            task=loaded.task,
+            token_types=getattr(loaded.config, "segments", 1),
         )
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", dtype: str = "float32",
              causal: bool | None = None, attention: Attention | None = None,
-             gpu_settings: "GpuSettings | None" = None, cpu_linear: str = "onednn") -> "Engine":
+             gpu_settings: "GpuSettings | None" = None, cpu_linear: str = "onednn",
+             task: str | None = None) -> "Engine":
         """Load a model directory (raises ModelLoadError). `attention` defaults to the CPU
         ragged backend; on a CUDA device (and no `attention` given) steps go through the
         CUDA step path of gpu.py, configured by `gpu_settings`. On the CPU, `cpu_linear`
         "onednn" runs dense layers through oneDNN where it works (cpu_linear.py), "torch"
-        keeps torch's default kernels. `dtype` "auto" decides by measuring (dtype_choice.py)."""
+        keeps torch's default kernels. `dtype` "auto" decides by measuring (dtype_choice.py).
+        `task` (embed, rerank; None: the checkpoint's) must match the checkpoint's."""
         if dtype == "auto":
             return cls._load_auto(path, device, causal=causal, attention=attention,
-                                  gpu_settings=gpu_settings, cpu_linear=cpu_linear)
+                                  gpu_settings=gpu_settings, cpu_linear=cpu_linear, task=task)
         with step(log, "engine.load", path=str(path), device=device, dtype=dtype):
-            loaded = load_model(path, device=device, dtype=dtype, causal=causal)
+            loaded = load_model(path, device=device, dtype=dtype, causal=causal, task=task)
             if (loaded.device.type == "cpu" and cpu_linear == "onednn"
                     and onednn_available(loaded.dtype)):
                 swapped = use_onednn_linears(loaded.model)
@@ -96,7 +116,7 @@ class Engine:
         engine = cls(loaded, attention or CpuRaggedAttention(), gpu)
         log.info("%s", fields(event="engine.ready", model=engine.info.name,
                               architecture=engine.info.architecture,
-                              dimensions=engine.info.dimensions,
+                              task=engine.info.task, dimensions=engine.info.dimensions,
                               max_tokens=engine.info.max_tokens, pooling=engine.info.pooling))
         return engine
 
@@ -112,6 +132,13 @@ class Engine:
             engine = cls.load(path, device, choice.dtype, **options)
         else:
             full = cls.load(path, device, "float32", **options)
+            if full.info.task == "rerank":
+                # The probe compares vectors by cosine, which says nothing of one score.
+                choice = dtype_choice.Choice("float32", "a reranker's scores keep float32 on "
+                                                        "a CPU (the probe compares vectors)")
+                full.info = replace(full.info, dtype_reason=choice.reason)
+                dtype_choice.log_choice(choice)
+                return full
             half = cls.load(path, device, "bfloat16", **options)
             choice = dtype_choice.compare(
                 lambda batch: full.step(batch).synchronize().numpy(),
@@ -131,7 +158,8 @@ class Engine:
     def step(self, batch: RaggedBatch) -> LazyTensor:
         """Run the forward pass and pooling for `batch` (call `validate` first).
 
-        Returns a LazyTensor of float32 [B, dimensions], pooled, not normalised.
+        Returns a LazyTensor of float32 [B, dimensions], pooled, not normalised (a
+        reranker's: [B, 1] scores).
         """
         if self._gpu is not None:
             return self._gpu.step(batch)
@@ -151,7 +179,10 @@ class Engine:
         with torch.inference_mode():
             hidden = self._model(input_ids, position_ids, cu_seqlens, batch.max_seqlen,
                                  self._attention)
-            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling)[:rows]
+            pooled = pool(hidden, cu_seqlens, seq_index, lengths, self.info.pooling,
+                          self.info.max_tokens)[:rows]
+            if self._head is not None:
+                pooled = self._head(pooled)
         if device.type == "cpu":
             return LazyTensor.completed(pooled)
         return LazyTensor.copy_from_device(pooled, torch.cuda.current_stream(device))

@@ -141,10 +141,11 @@ class CudaStepper:
     def __init__(self, model: nn.Module, *, pooling: str, max_tokens: int, q_heads: int,
                  kv_heads: int, head_dim: int, causal: bool, device: torch.device,
                  vocab_size: int, settings: GpuSettings = GpuSettings(),
-                 table: AttentionTable | None = None) -> None:
+                 table: AttentionTable | None = None, head: nn.Module | None = None) -> None:
         if device.type != "cuda":
             raise ConfigError(f"CudaStepper needs a CUDA device, got {device}")
         self.model = model
+        self.head = head  # a cross-encoder's ScoreHead, after pooling (captured with it)
         self.pooling = pooling
         self.device = device
         self.settings = settings
@@ -324,10 +325,11 @@ class CudaStepper:
 
     def _eager_model_and_pool(self, ids, pos, cu, max_seqlen, backend, pool_starts, seq_index,
                               lengths) -> torch.Tensor:
-        """Model forward (attention backend number `backend`) then pooling: float32
-        [number of slots, H]."""
+        """Model forward (attention backend number `backend`) then pooling (and a
+        cross-encoder's head): float32 [number of slots, H] (or [number of slots, 1])."""
         hidden = self.model(ids, pos, cu, max_seqlen, routed(backend))
-        return pool(hidden, pool_starts, seq_index, lengths, self.pooling)
+        pooled = pool(hidden, pool_starts, seq_index, lengths, self.pooling, self.max_tokens)
+        return pooled if self.head is None else self.head(pooled)
 
     def _run_unpadded(self, feed: RaggedBatch) -> torch.Tensor:
         t, b = feed.num_tokens, feed.num_seqs
@@ -364,5 +366,5 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
     return CudaStepper(loaded.model, pooling=loaded.pooling, max_tokens=loaded.max_tokens,
                        q_heads=config.num_heads, kv_heads=kv_heads, head_dim=config.head_dim,
                        causal=causal, device=loaded.device, vocab_size=config.vocab_size,
-                       settings=settings, table=table)
+                       settings=settings, table=table, head=loaded.head)
 

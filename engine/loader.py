@@ -19,10 +19,13 @@ from torch import nn
 from hedgerow.defaults import model_name
 from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
-from hedgerow.engine.models.bert import BertConfig, BertModel
+from hedgerow.engine.models.bert import BertConfig, BertModel, LexicalWeights, ScoreHead
+from hedgerow.engine.pooling import TOKENS
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
-from hedgerow.model_files import read_object, read_sentence_transformers, readable
+from hedgerow.model_files import (
+    SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, readable,
+)
 from hedgerow.progress import bar
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -30,8 +33,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass
 class LoadedModel:
-    model: nn.Module  # BertModel or Qwen3Model, eval mode, on `device` in `dtype`
+    model: nn.Module  # BertModel, Qwen3Model or LexicalWeights, eval, on `device` in `dtype`
     architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
+    task: str  # embed | rerank | sparse (hedgerow.model_files.TASKS)
+    head: ScoreHead | None  # a cross-encoder's score head (applied to the pooled rows)
     config: BertConfig | Qwen3Config
     name: str
     pooling: str
@@ -58,15 +63,18 @@ def _device(name: str | torch.device) -> torch.device:
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu",
-               dtype: str = "float32", causal: bool | None = None) -> LoadedModel:
+               dtype: str = "float32", causal: bool | None = None,
+               task: str | None = None) -> LoadedModel:
     """Load the model directory `path` onto `device` in `dtype` (a key of `DTYPES`).
 
     `causal` applies to Qwen3 only: None reads config.json (`is_causal`,
-    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask.
+    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask. `task` (embed or
+    rerank) is what the caller expects: a checkpoint of another task is a ModelLoadError;
+    None takes the checkpoint's (config.json `architectures`).
     """
     directory = Path(path).expanduser()
     with readable(directory):
-        return _load_model(directory, device, dtype, causal)
+        return _load_model(directory, device, dtype, causal, task)
 
 
 def _check_fit(model: nn.Module, weights: convert.Weights, directory: Path) -> None:
@@ -82,8 +90,29 @@ def _check_fit(model: nn.Module, weights: convert.Weights, directory: Path) -> N
             f"{tuple(weights[first].shape)}, config.json implies {expected[first]}{more}")
 
 
+def _with_lexical_weights(encoder: BertModel, directory: Path, device: torch.device,
+                          dtype: torch.dtype) -> LexicalWeights:
+    """`encoder` with BGE-M3's sparse head from `sparse_linear.pt` (a torch state dict of
+    `weight` [1, H] and `bias` [1], read with weights_only: tensors, no code)."""
+    path = directory / SPARSE_HEAD_FILE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError) as error:
+        raise ModelLoadError(f"cannot read {path}: {error}") from None
+    hidden = encoder.config.hidden_size
+    if not isinstance(state, dict) or set(state) != {"weight", "bias"} or tuple(
+            state["weight"].shape) != (1, hidden) or tuple(state["bias"].shape) != (1,):
+        raise ModelLoadError(f"{path} must hold a linear layer of {hidden} -> 1 (weight "
+                             f"[1, {hidden}] and bias [1]), as BGE-M3's does")
+    with torch.device("meta"):
+        model = LexicalWeights(encoder)
+    model.sparse_linear.load_state_dict(
+        {name: t.to(device=device, dtype=dtype) for name, t in state.items()}, assign=True)
+    return model
+
+
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
-                causal: bool | None) -> LoadedModel:
+                causal: bool | None, expected_task: str | None) -> LoadedModel:
     if not directory.exists():
         raise ModelLoadError(f"model path {directory} does not exist")
     if not directory.is_dir():
@@ -100,7 +129,21 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         shown = model_type or ",".join(hf.get("architectures") or []) or "(no model_type)"
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
+    task = model_task(hf, config_path)
+    if expected_task == "sparse" and task == "embed":
+        if not (directory / SPARSE_HEAD_FILE).is_file():
+            raise ModelLoadError(f"task 'sparse' needs {SPARSE_HEAD_FILE} (BGE-M3's lexical "
+                                 f"weight head) in {directory}; there is none")
+        task = "sparse"
+    if expected_task is not None and task != expected_task:
+        shown = ", ".join(hf.get("architectures") or []) or model_type
+        raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
+                             f"the {expected_task!r} asked for")
+    if task != "embed" and model_type not in convert.BERT_FAMILY:
+        raise ModelLoadError(f"{config_path}: task {task!r} is not served for {model_type} "
+                             f"(it is for {', '.join(convert.BERT_FAMILY)})")
     st = read_sentence_transformers(directory)
+    head = None
     checkpoint = Checkpoint(directory, device, torch_dtype)
     with bar(checkpoint.tensor_count, "loading weights", unit="tensor") as progress:
         checkpoint.progress = progress
@@ -111,23 +154,41 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
             weights = convert.qwen3_weights(checkpoint, config)
             default_pooling = "last" if config.causal else "mean"
         else:
-            config = convert.bert_config(hf)
+            config = convert.bert_config(hf, task)
             with torch.device("meta"):
                 model = BertModel(config)
             weights = convert.bert_weights(checkpoint, config)
             default_pooling = "mean"
+            if task == "rerank":
+                labels, label = convert.relevance_label(hf)
+                with torch.device("meta"):
+                    head = ScoreHead(config.hidden_size, labels, label)
+                head_weights = convert.score_head_weights(checkpoint, model_type)
         checkpoint.close()
     _check_fit(model, weights, directory)
     model.load_state_dict(weights, strict=True, assign=True)
+    if task == "sparse":
+        model = _with_lexical_weights(model, directory, device, torch_dtype)
     model.eval().requires_grad_(False)
+    if head is not None:
+        _check_fit(head, head_weights, directory)
+        head.load_state_dict(head_weights, strict=True, assign=True)
+        # In float64, where a pair's score does not depend on its row in the batch (see
+        # ScoreHead); the head is two small products, so this costs next to nothing.
+        head.to(torch.float64).eval().requires_grad_(False)
     usable = config.usable_positions
     max_tokens = min(st.max_seq_length, usable) if st.max_seq_length else usable
     return LoadedModel(
         model=model,
         architecture=model_type,
+        task=task,
+        head=head,
         config=config,
         name=model_name(directory),
-        pooling=st.pooling or default_pooling,
+        # A cross-encoder's head reads the first token ([CLS] / <s>), whatever files say;
+        # lexical weights are per token.
+        pooling=("cls" if head is not None else TOKENS if task == "sparse"
+                 else st.pooling or default_pooling),
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,
         templates=st.templates,

@@ -16,16 +16,26 @@ import torch
 from hedgerow.errors import InvalidInputError
 
 POOLING_MODES = ("cls", "mean", "last")
+TOKENS = "tokens"  # not a pooling: each token's one value, laid out per sequence (sparse)
 
 
 def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor,
-         lengths: torch.Tensor, mode: str) -> torch.Tensor:
+         lengths: torch.Tensor, mode: str, width: int = 0) -> torch.Tensor:
     """Pool hidden [T, H] (any float dtype) into float32 [B, H].
 
     cu_seqlens: int32 [B+1]; seq_index: int64 [T] (sequence of each token); lengths: int64 [B];
     all on hidden's device. mode: "cls" (first token), "mean" (average of the tokens),
-    "last" (last token).
+    "last" (last token), or TOKENS: hidden [T, 1] laid out as float32 [B, width], row b
+    holding sequence b's values at its positions 0..length-1 and zeros after (positions past
+    `width`, which only a padding sequence has, land on its last column).
     """
+    if mode == TOKENS:
+        tokens = hidden.shape[0]
+        index = seq_index.long()
+        positions = torch.arange(tokens, device=hidden.device) - cu_seqlens.long()[index]
+        out = torch.zeros((lengths.shape[0], width), dtype=torch.float32, device=hidden.device)
+        out[index, positions.clamp(0, width - 1)] = hidden[:, 0].float()
+        return out
     if mode == "cls":
         return hidden.index_select(0, cu_seqlens[:-1].long()).float()
     if mode == "last":

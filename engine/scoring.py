@@ -1,4 +1,5 @@
-"""Cosine scoring for the Score path: a query embedding against candidate embeddings, then top-k.
+"""Cosine scoring for the Score path: a query embedding against candidate embeddings, then top-k
+(and the same top-k for a cross-encoder's scores, `scores_topk`).
 
 Owns the score (cosine similarity, i.e. the dot product of L2-normalised vectors) and the call
 into kernels.topk, which ranks in Hedgerow's one total order (score descending, ties to the lower
@@ -67,6 +68,12 @@ def cosine_topk(query: torch.Tensor, docs: torch.Tensor, k: int) -> tuple[torch.
         raise InvalidInputError(f"top_n must be a positive integer, got {k!r}")
     if docs.dim() == 2 and docs.shape[0] == 0:
         raise InvalidInputError("the document list is empty")
-    scores = cosine_scores(query, docs)
+    return scores_topk(cosine_scores(query, docs), k)
+
+
+def scores_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of float32 `scores` [N] (N >= 1, k >= 1; a k above N returns all N), in
+    Hedgerow's one order: (indices int64 [min(k, N)], scores float32 [min(k, N)]) on the
+    scores' device. A cross-encoder's pair scores rank through here as cosines do."""
     indices, values = topk(scores[None, :], min(k, scores.shape[0]))
     return indices[0], values[0]

@@ -2,16 +2,16 @@
 
 Owns the routes, the API key check, the request deadline and the gateway's lifetime
 (`Gateway.start` starts the replica watchers, `stop` ends them). The routes speak three APIs:
-OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and the Cohere v1
-and Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
-Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info`, `/health`,
-`/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`. Operations:
-`GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank scores
-names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
-`embedding_space`). Request logic lives in
-`service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, routing and
-error guarding in `http.py` (on FastAPI), the documented request and answer schemas in
-`openapi.py`; errors are translated in `http_errors.py`, in the shape of the route's API.
+OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and the Cohere v1 and
+Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
+Embeddings Inference's (`POST /embed`, `/embed_sparse`, `/rerank`, `/similarity`, `/`, `GET /info`,
+`/health`, `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`.
+Operations: `GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank
+scores names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
+`embedding_space`). Request logic lives in `service.py` and `rerank.py`, the other APIs' shapes in
+`cohere.py` and `tei.py`, routing and error guarding in `http.py` (on FastAPI), the documented
+request and answer schemas in `openapi.py`; errors are translated in `http_errors.py`, in the shape
+of the route's API.
 """
 
 import asyncio
@@ -285,6 +285,19 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                   responses=openapi.errors(openapi.TeiError, invalid=422))
     async def embed(request: Request) -> Response:
         return await tei_embed(request, json_object(await body_of(request)))
+
+    @routes.route("POST", "/embed_sparse", errors=Style.TEI,
+                  tags=["Text Embeddings Inference"],
+                  summary="Sparse vectors (a model served with task sparse: BGE-M3's lexical "
+                          "weights)", openapi_extra=openapi.body(openapi.TeiSparseRequest),
+                  response_model=list[list[openapi.TeiSparseValue]],
+                  responses=openapi.errors(openapi.TeiError, invalid=422))
+    async def embed_sparse(request: Request) -> Response:
+        body = tei.EmbedRequest.parse(json_object(await body_of(request)))
+        vectors, tokens, space = await service.embed_sparse(
+            body.inputs, deadline=deadline(request), truncate=body.truncate,
+            template=service.template(body.prompt_name))
+        return Response(tei.sparse_body(vectors), headers=space_header(space), tokens=tokens)
 
     @routes.route("POST", "/similarity", errors=Style.TEI, tags=["Text Embeddings Inference"],
                   summary="Similarity of sentences to a source sentence",

@@ -103,9 +103,13 @@ def rerank_request(body: Any) -> RerankRequest:
                          top_n=optional_int(body, "top_n"), return_documents=False)
 
 
-def _meta(tokens: int) -> dict:
-    return {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens},
-            "tokens": {"input_tokens": tokens}}
+def _meta(tokens: int, warnings: list[str] | None = None) -> dict:
+    meta: dict[str, Any] = {"api_version": {"version": "2"},
+                            "billed_units": {"input_tokens": tokens},
+                            "tokens": {"input_tokens": tokens}}
+    if warnings:
+        meta["warnings"] = warnings
+    return meta
 
 
 def embed_body(embeddings: np.ndarray, texts: list[str], types: tuple[str, ...],
@@ -124,10 +128,14 @@ def embed_body(embeddings: np.ndarray, texts: list[str], types: tuple[str, ...],
 
 
 def rerank_body(result: Reranked) -> bytes:
-    """{"id", "results": [{"index", "relevance_score"}], "meta"}, best first. The score is
-    the embeddings' cosine similarity (between -1 and 1), not Cohere's [0, 1] relevance."""
+    """{"id", "results": [{"index", "relevance_score"}], "meta"}, best first. With a
+    cross-encoder the score is Cohere's [0, 1] relevance (the sigmoid of its logit), and
+    `meta.warnings` names the documents cut to fit the model; with an embedding model it is
+    the embeddings' cosine similarity (between -1 and 1)."""
     results = [{"index": index, "relevance_score": np.float32(score)}
                for index, score in result.ranked]
+    warnings = [f"documents[{index}] was truncated to fit the model's pair length"
+                for index in sorted(result.truncated)]
     return orjson.dumps({"id": str(uuid.uuid4()), "results": results,
-                         "meta": _meta(result.total_tokens)},
+                         "meta": _meta(result.total_tokens, warnings)},
                         option=orjson.OPT_SERIALIZE_NUMPY)

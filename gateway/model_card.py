@@ -1,10 +1,11 @@
 """What the gateway knows about the served model before and after a server answers Info.
 
-Owns the facts the gateway needs to validate and template requests: the served name, the
-embedding width, the longest sequence, the vocabulary size and the query/document templates.
-They are read from the model directory at start (config.json, sentence_bert_config.json,
-config_sentence_transformers.json) and refined by the first server's `Info` answer, which is
-authoritative for what the server will accept. Knows nothing about HTTP or routing.
+Owns the facts the gateway needs to validate and template requests: the served name, the task
+(`embed`, or `rerank` for a cross-encoder), the embedding width, the longest sequence, the
+vocabulary size and the query/document templates. They are read from the model directory at start
+(config.json, sentence_bert_config.json, config_sentence_transformers.json) and refined by the
+first server's `Info` answer, which is authoritative for what the server will accept. Knows nothing
+about HTTP or routing.
 """
 
 import dataclasses
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hedgerow.errors import ModelLoadError
-from hedgerow.model_files import read_object, read_sentence_transformers, readable
+from hedgerow.model_files import model_task, read_object, read_sentence_transformers, readable
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway.model")
@@ -29,6 +30,7 @@ class ModelCard:
     vocab_size: int | None          # token ids must be in [0, vocab_size)
     templates: dict[str, str]       # input_type -> prefix prepended before tokenizing
     max_request_tokens: int | None  # the server's per-request cap, from Info
+    task: str = "embed"             # embed | rerank (hedgerow.model_files.TASKS)
 
 
 def _positive(config: dict[str, Any], key: str) -> int | None:
@@ -67,6 +69,7 @@ def load_card(
         vocab_size=_positive(config, "vocab_size"),
         templates=templates,
         max_request_tokens=None,
+        task=model_task(config, config_path),
     )
 
 
@@ -86,9 +89,11 @@ def refine_with_info(card: ModelCard, info: Any, configured: dict[str, str]) -> 
         vocab_size=info.vocab_size or card.vocab_size,
         templates=templates,
         max_request_tokens=info.max_request_tokens or None,
+        task=info.task or card.task,
     )
     if refined != card:
-        log.info("%s", fields(event="model.info", model=info.model, dimensions=refined.dimensions,
+        log.info("%s", fields(event="model.info", model=info.model, task=refined.task,
+                              dimensions=refined.dimensions,
                               max_tokens=refined.max_tokens, vocab_size=refined.vocab_size,
                               templates=",".join(sorted(templates)) or "none"))
     return refined

@@ -93,6 +93,8 @@ class RerankResult(BaseModel):
     index: int
     relevance_score: float | None
     document: dict[str, str] | None = None
+    truncated: bool | None = Field(None, description="True when a cross-encoder read the "
+                                   "document cut to fit the model; left out otherwise.")
 
 
 class RerankResponse(BaseModel):
@@ -198,14 +200,31 @@ class TeiRerankRequest(BaseModel):
     query: str
     texts: list[str]
     truncate: bool | None = None
-    raw_scores: bool = False
+    raw_scores: bool = Field(False, description="A cross-encoder's logit instead of its "
+                             "sigmoid; no effect with an embedding model (cosine).")
     return_text: bool = False
+
+
+class TeiSparseRequest(BaseModel):
+    # No example: only a gateway whose model is served with task sparse answers one.
+    model_config = ConfigDict(extra="allow")
+    inputs: Texts | TokenIds
+    truncate: bool | None = None
+    truncation_direction: Literal["right", "Right"] | None = None
+    prompt_name: str | None = None
+
+
+class TeiSparseValue(BaseModel):
+    index: int = Field(description="A token id of the served model's vocabulary.")
+    value: float = Field(description="Its lexical weight (> 0).")
 
 
 class TeiRank(BaseModel):
     index: int
     score: float | None
     text: str | None = None
+    truncated: bool | None = Field(None, description="True when a cross-encoder read the "
+                                   "text cut to fit the model; left out otherwise.")
 
 
 # --- Operations -----------------------------------------------------------------------------
@@ -241,7 +260,7 @@ class CohereError(BaseModel):
 # The request bodies documented through `body` (their components come from request_schemas).
 REQUESTS = (EmbeddingsRequest, RerankRequest, TokenizeRequest, CohereEmbedRequest,
             CohereRerankRequest, TeiEmbedRequest, TeiSimilarityRequest, TeiRootRequest,
-            TeiRerankRequest)
+            TeiRerankRequest, TeiSparseRequest)
 
 
 def errors(model: type[BaseModel], invalid: int = 400) -> dict:

@@ -4,7 +4,10 @@ Owns the rerank request's shape (`RerankRequest`: `query`, `documents` as string
 `{"text": ...}`, `top_n`, `return_documents`) with a specific message for every malformed case;
 the steps of one request (the query's and the documents' templates, tokenizing, the token
 limits, cutting the documents into chunks that each travel WITH the query as one Score call);
-the exact merge of the per-chunk top-k lists (`merge_ranked`); and the response body. The
+the exact merge of the per-chunk top-k lists (`merge_ranked`); and the response body. When the
+served model is a cross-encoder (task `rerank`), the query and each document are tokenized
+as one pair instead and scored by the server's Rerank, the same merge ranking the logits and
+the answer carrying their sigmoid (or the logits themselves, TEI's `raw_scores`). The
 routing of chunks is the router's; errors are translated in http_errors.py. Knows nothing about
 HTTP or gRPC, and imports no torch: the merge is plain Python.
 """
@@ -41,6 +44,7 @@ class RerankRequest:
     return_documents: bool
     truncate: bool | None = None  # TEI's per-request switch; None follows --truncate
     field: str = "documents"      # what the request calls its documents (TEI: texts)
+    raw_scores: bool = False      # TEI's: a cross-encoder's logit instead of its sigmoid
 
     @classmethod
     def parse(cls, body: Any) -> "RerankRequest":
@@ -56,6 +60,7 @@ class Reranked:
     documents: list[str]             # the request's documents, in request order
     total_tokens: int                # the query's and the documents' tokens, templates included
     space: str                       # fingerprint of the embedding space the scores came from
+    truncated: frozenset[int] = frozenset()  # documents cut to fit a cross-encoder's pair
 
 
 def parse_query(value: Any) -> str:
@@ -134,15 +139,24 @@ def merge_ranked(parts: Iterable[tuple[Sequence[int], Sequence[float]]], top_n: 
     return candidates[:top_n]
 
 
+def sigmoid(logit: float) -> float:
+    """The relevance probability of a cross-encoder's logit, rounded to float32 (tanh form:
+    no overflow at any logit; NaN stays NaN)."""
+    return float(np.float32(0.5 * (1.0 + math.tanh(0.5 * logit))))
+
+
 def rerank_body(result: Reranked, *, model: str, return_documents: bool) -> bytes:
-    """The JSON body: {"id", "model", "results": [{"index", "relevance_score", "document"?}],
-    "usage": {"total_tokens"}}. Scores are written as the shortest text that reads back as the
-    same float32 (a NaN embedding's score, -inf, is written as null)."""
+    """The JSON body: {"id", "model", "results": [{"index", "relevance_score", "document"?,
+    "truncated"?}], "usage": {"total_tokens"}}. Scores are written as the shortest text that
+    reads back as the same float32 (a NaN embedding's score, -inf, is written as null);
+    `truncated: true` marks a document a cross-encoder read cut to fit."""
     results = []
     for index, score in result.ranked:
         item: dict[str, Any] = {"index": index, "relevance_score": np.float32(score)}
         if return_documents:
             item["document"] = {"text": result.documents[index]}
+        if index in result.truncated:
+            item["truncated"] = True
         results.append(item)
     body = {"id": str(uuid.uuid4()), "model": model, "results": results,
             "usage": {"total_tokens": result.total_tokens}}
@@ -179,13 +193,16 @@ class Reranker:
         return sequences
 
     async def rerank(self, body: RerankRequest, *, deadline: float) -> Reranked:
-        """Rank the body's documents against its query; `deadline` is on the loop's clock."""
+        """Rank the body's documents against its query; `deadline` is on the loop's clock.
+        A cross-encoder (task rerank) scores each pair; an embedding model ranks by cosine."""
         service = self._service
         settings = service.settings
         service.check_model(body.model)
         query = parse_query(body.query)
         documents = parse_documents(body.documents, settings.max_inputs, body.field)
         top_n = check_top_n(body.top_n, len(documents))
+        if service.card.task == "rerank":
+            return await self._cross_encode(body, query, documents, top_n, deadline)
         query_ids = await self._tokenize([query], "query", "query", body.truncate)
         document_ids = await self._tokenize(documents, "document", body.field, body.truncate)
         total = query_ids.total_tokens + document_ids.total_tokens
@@ -204,3 +221,31 @@ class Reranker:
         service.metrics.tokens.inc(total + query_ids.total_tokens * (len(chunks) - 1))
         service.metrics.inputs.inc(len(documents) + len(chunks))
         return Reranked(ranked=ranked, documents=documents, total_tokens=total, space=space)
+
+    async def _cross_encode(self, body: RerankRequest, query: str, documents: list[str],
+                            top_n: int, deadline: float) -> Reranked:
+        """A cross-encoder's ranking: every (query, document) pair tokenized with the pair
+        template (documents cut to the model's limit unless the request says truncate false),
+        chunked on the token budget, scored by Rerank calls, merged in the one order; scores
+        are the sigmoid of the logits unless `raw_scores` (the order is the logits')."""
+        service = self._service
+        settings = service.settings
+        pairs = await service.tokenizer.encode_pairs(
+            query, documents, max_tokens=service.card.max_tokens,
+            truncate=body.truncate is not False)
+        if pairs.total_tokens > settings.max_request_tokens:
+            raise RequestError(
+                f"the request has {pairs.total_tokens} tokens (the query once per document); "
+                f"at most {settings.max_request_tokens} are accepted per request "
+                "(--max-request-tokens)", param=body.field, code="too_many_tokens")
+        chunks = plan_chunks(pairs.lengths, service.chunk_budget())
+        parts, space = await service.router.rerank(pairs, chunks, top_n=top_n,
+                                                   deadline=deadline)
+        ranked = merge_ranked(((indices.tolist(), scores.tolist()) for indices, scores in parts),
+                              top_n)
+        if not body.raw_scores:
+            ranked = [(index, sigmoid(score)) for index, score in ranked]
+        service.metrics.tokens.inc(pairs.total_tokens)
+        service.metrics.inputs.inc(len(documents))
+        return Reranked(ranked=ranked, documents=documents, total_tokens=pairs.total_tokens,
+                        space=space, truncated=pairs.truncated)

@@ -53,14 +53,15 @@ from hedgerow.gateway.errors import (
 )
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.replicas import Replica
-from hedgerow.gateway.tokenizer import Sequences
+from hedgerow.gateway.tokenizer import Pairs, Sequences
 from hedgerow.logs import fields
 from hedgerow.wire import embed_pb2
 
 log = logging.getLogger("hedgerow.gateway.router")
 
 # Retries (UNAVAILABLE, INTERNAL: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe:
-# Embed and Score are pure functions of their input, so a chunk may be sent twice.
+# Embed, EmbedSparse, Score and Rerank are pure functions of their input, so a chunk may be
+# sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
 # Codes that say the server did not take the chunk: it is down, going, or stopped before it
@@ -125,6 +126,23 @@ def decode_embeddings(response: embed_pb2.EmbedResponse, rows: int) -> np.ndarra
             f"server answered {count} rows of {width} in {len(response.embeddings)} bytes "
             f"for a chunk of {rows} sequences")
     return np.frombuffer(response.embeddings, dtype="<f4").reshape(count, width)
+
+
+def decode_sparse(response: embed_pb2.SparseEmbedResponse, rows: int
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sequence (token ids uint32 [k], weights float32 [k]) from a SparseEmbedResponse;
+    UpstreamError when it is malformed."""
+    counts = list(response.counts)
+    total = sum(counts)
+    if len(counts) != rows or len(response.indices) != 4 * total or len(
+            response.values) != 4 * total:
+        raise UpstreamError(f"server answered {len(counts)} sparse vectors of {total} entries "
+                            f"in {len(response.indices)} + {len(response.values)} bytes for a "
+                            f"chunk of {rows} sequences")
+    indices = np.frombuffer(response.indices, dtype="<u4")
+    values = np.frombuffer(response.values, dtype="<f4")
+    bounds = list(itertools.accumulate(counts, initial=0))
+    return [(indices[a:b], values[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def decode_scores(response: embed_pb2.ScoreResponse, wanted: int, documents: int
@@ -346,6 +364,27 @@ class Router:
         response = await self._send("Embed", request, chunk, chunk.tokens, deadline, space)
         return decode_embeddings(response, chunk.size), response.space
 
+    async def embed_sparse(self, sequences: Sequences, chunks: Sequence[Chunk], *,
+                           deadline: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        """Lexical weights of every sequence (a model of task sparse): per sequence in input
+        order (token ids uint32 [k], weights float32 [k]), and the one space's fingerprint.
+        Raises as `embed` does."""
+        self.admit(sequences.total_tokens, deadline)
+        starts = sequences.starts()
+        space = self._request_space(len(chunks))
+        results = await self._all(self._sparse_chunk(sequences, starts, chunk, deadline, space)
+                                  for chunk in chunks)
+        return [vector for vectors, _ in results for vector in vectors], results[0][1]
+
+    async def _sparse_chunk(self, sequences: Sequences, starts: list[int], chunk: Chunk,
+                            deadline: float, space: str | None
+                            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        input_ids, cu_seqlens = pack(sequences.input_ids, starts, chunk)
+        request = embed_pb2.EmbedRequest(input_ids=input_ids, cu_seqlens=cu_seqlens)
+        response = await self._send("EmbedSparse", request, chunk, chunk.tokens, deadline,
+                                    space)
+        return decode_sparse(response, chunk.size), response.space
+
     async def score(
         self,
         query: array.array,
@@ -368,6 +407,30 @@ class Router:
         results = await self._all(self._score_chunk(query, documents, starts, chunk, top_n,
                                                     deadline, space) for chunk in chunks)
         return [(indices, scores) for indices, scores, _ in results], results[0][2]
+
+    async def rerank(self, pairs: Pairs, chunks: Sequence[Chunk], *, top_n: int,
+                     deadline: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        """Score every chunk of a cross-encoder's query-document pairs, each chunk one Rerank
+        call on one replica asking for min(top_n, chunk size). Returns as `score` does (GLOBAL
+        pair indices, the pairs' scores), and raises as `embed` does."""
+        self.admit(pairs.total_tokens, deadline)
+        starts = pairs.starts()
+        space = self._request_space(len(chunks))
+        results = await self._all(self._rerank_chunk(pairs, starts, chunk, top_n, deadline,
+                                                     space) for chunk in chunks)
+        return [(indices, scores) for indices, scores, _ in results], results[0][2]
+
+    async def _rerank_chunk(self, pairs: Pairs, starts: list[int], chunk: Chunk, top_n: int,
+                            deadline: float, space: str | None
+                            ) -> tuple[np.ndarray, np.ndarray, str]:
+        input_ids, cu_seqlens = pack(pairs.input_ids, starts, chunk)
+        type_ids, _ = pack(pairs.type_ids, starts, chunk)
+        wanted = min(top_n, chunk.size)
+        request = embed_pb2.RerankRequest(input_ids=input_ids, cu_seqlens=cu_seqlens,
+                                          token_type_ids=type_ids, top_n=wanted)
+        response = await self._send("Rerank", request, chunk, chunk.tokens, deadline, space)
+        local, scores = decode_scores(response, wanted, chunk.size)
+        return local + chunk.start, scores, response.space
 
     async def _all(self, calls: Iterable[Awaitable[T]]) -> list[T]:
         """Run the per-chunk calls concurrently; the first failure cancels the others.

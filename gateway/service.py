@@ -1,11 +1,12 @@
 """The gateway's request logic, between the HTTP routes and the router.
 
-Owns the steps of one embeddings request after parsing: check the model name (the served
-name or one of its aliases) and `dimensions`, normalize `input`, apply the input type's
-template and tokenize (or, when --accept-token-ids allows them, check client token ids against
-the vocabulary), enforce the per-input and per-request token limits, cut the sequences into
-chunks and have the router embed them. Also owns the served model's card, which the first
-server's Info refines. Knows nothing about HTTP: routes convert JSON to calls and back.
+Owns the steps of one embeddings request after parsing: check the model name (the served name or
+one of its aliases), its task (a reranker serves no embeddings) and `dimensions`, normalize
+`input`, apply the input type's template and tokenize (or, when --accept-token-ids allows them,
+check client token ids against the vocabulary), enforce the per-input and per-request token limits,
+cut the sequences into chunks and have the router embed them. Also owns the served model's card,
+which the first server's Info refines. Knows nothing about HTTP: routes convert JSON to calls and
+back.
 """
 
 import dataclasses
@@ -80,6 +81,19 @@ class EmbeddingService:
                                f"model (its prompts: {known})", param=param,
                                code="invalid_value")
         return templates[prompt_name]
+
+    def check_task(self, task: str, what: str) -> None:
+        """RequestError naming the served model's task when it is not `task` (`what` names
+        the request: "embeddings", say)."""
+        if self.card.task != task:
+            hint = {"rerank": "a cross-encoder: it scores query-document pairs; call "
+                              "/v1/rerank, /v2/rerank or /rerank",
+                    "sparse": "lexical weights: call /embed_sparse",
+                    "embed": "an embedding model: call /v1/embeddings, /v2/embed or "
+                             "/embed"}[self.card.task]
+            raise RequestError(f"model {self.card.name!r} is of task {self.card.task!r} ("
+                               f"{hint}) and serves no {what}", param="model",
+                               code="wrong_task")
 
     def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is None:
@@ -160,6 +174,20 @@ class EmbeddingService:
             token_ids = [tokens[:card.max_tokens] for tokens in token_ids]
         return Sequences.from_lists(token_ids)
 
+    async def embed_sparse(self, raw_input, *, deadline: float, truncate: bool | None,
+                           template: str, param: str = "inputs"
+                           ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, str]:
+        """Lexical weights of a request's inputs (a model of task sparse): per input in order
+        (token ids, weights), the prompt tokens and the space's fingerprint."""
+        self.check_task("sparse", "sparse vectors")
+        sequences = await self.sequences(raw_input, None, truncate=truncate, template=template,
+                                         param=param)
+        chunks = plan_chunks(sequences.lengths, self.chunk_budget())
+        vectors, space = await self.router.embed_sparse(sequences, chunks, deadline=deadline)
+        self.metrics.tokens.inc(sequences.total_tokens)
+        self.metrics.inputs.inc(len(sequences.lengths))
+        return vectors, sequences.total_tokens, space
+
     async def embed(self, raw_input, *, model: str | None, dimensions: int | None,
                     input_type: str | None, deadline: float, truncate: bool | None = None,
                     normalize: bool | None = None, template: str | None = None,
@@ -168,6 +196,7 @@ class EmbeddingService:
         overrides --truncate, `normalize` the model's own choice, `template` the input
         type's; `param` names the input field in messages."""
         self.check_model(model)
+        self.check_task("embed", "embeddings")
         self.check_dimensions(dimensions)
         sequences = await self.sequences(raw_input, input_type, truncate=truncate,
                                          template=template, param=param)

@@ -1,12 +1,12 @@
 """Text Embeddings Inference's HTTP API: its request shapes, parsed without I/O, and its answers.
 
-Owns TEI's requests (`/embed`, `/rerank`, `/tokenize`, `/similarity`, and `POST /`, where TEI
-serves embeddings and Hugging Face's `InferenceClient` sends both `feature_extraction` and
-`sentence_similarity`) with a specific message for every malformed field, and TEI's answers:
-bare JSON arrays of vectors, ranks, tokens and scores, and the `/info` object. Fields TEI has
-and Hedgerow cannot honour (`truncation_direction: left`) are refused by name. The steps of a
-request are the embedding service's and the reranker's; errors are answered in TEI's shape by
-http_errors.py. Knows nothing about HTTP or servers.
+Owns TEI's requests (`/embed`, `/embed_sparse`, `/rerank`, `/tokenize`, `/similarity`, and `POST
+/`, where TEI serves embeddings and Hugging Face's `InferenceClient` sends both
+`feature_extraction` and `sentence_similarity`) with a specific message for every malformed field,
+and TEI's answers: bare JSON arrays of vectors, ranks, tokens and scores, and the `/info` object.
+Fields TEI has and Hedgerow cannot honour (`truncation_direction: left`) are refused by name. The
+steps of a request are the embedding service's and the reranker's; errors are answered in TEI's
+shape by http_errors.py. Knows nothing about HTTP or servers.
 """
 
 import dataclasses
@@ -65,15 +65,16 @@ class EmbedRequest:
 
 def rerank_request(body: Any) -> RerankRequest:
     """POST /rerank, TEI's shape (`query`, `texts`, `truncate`, `raw_scores`, `return_text`),
-    as the reranker's request: every text ranked, best first. `raw_scores` changes nothing:
-    the score is the embeddings' cosine similarity either way, no sigmoid applies."""
+    as the reranker's request: every text ranked, best first. With a cross-encoder the score
+    is the sigmoid of its logit, or the logit itself with `raw_scores` (as TEI's); with an
+    embedding model it is the cosine similarity and `raw_scores` changes nothing."""
     body = json_object(body)
     _right_only(body)
-    optional_bool(body, "raw_scores", False)
     return RerankRequest(model=None, query=required(body, "query"),
                          documents=required(body, "texts"), top_n=None,
                          return_documents=optional_bool(body, "return_text", False),
-                         truncate=_optional_flag(body, "truncate"), field="texts")
+                         truncate=_optional_flag(body, "truncate"), field="texts",
+                         raw_scores=optional_bool(body, "raw_scores", False))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +165,14 @@ def embed_body(embeddings: np.ndarray) -> bytes:
                         option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def sparse_body(vectors: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """[[{"index", "value"}, ...], ...]: one sparse vector per input (TEI's /embed_sparse),
+    token ids ascending."""
+    return orjson.dumps([[{"index": int(index), "value": value}
+                          for index, value in zip(ids.tolist(), values.astype(np.float32))]
+                         for ids, values in vectors], option=orjson.OPT_SERIALIZE_NUMPY)
+
+
 def similarity_body(embeddings: np.ndarray) -> bytes:
     """[float, ...]: the cosine similarity of rows 1.. to row 0 (float32 [1+N, D])."""
     rows = embeddings.astype(np.float64)
@@ -174,12 +183,15 @@ def similarity_body(embeddings: np.ndarray) -> bytes:
 
 
 def rerank_body(result: Reranked, return_text: bool) -> bytes:
-    """[{"index", "score", "text"?}, ...], best first."""
+    """[{"index", "score", "text"?, "truncated"?}, ...], best first; `truncated: true` marks a
+    text a cross-encoder read cut to fit."""
     ranks = []
     for index, score in result.ranked:
         item: dict[str, Any] = {"index": index, "score": np.float32(score)}
         if return_text:
             item["text"] = result.documents[index]
+        if index in result.truncated:
+            item["truncated"] = True
         ranks.append(item)
     return orjson.dumps(ranks, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -221,7 +233,9 @@ def info_body(card: ModelCard, *, pooling: str | None, dtype: str | None,
     return orjson.dumps({
         "model_id": card.name, "model_sha": None, "model_dtype": dtype or "unknown",
         "served_model_name": card.name,
-        "model_type": {"embedding": {"pooling": pooling or "unknown"}},
+        "model_type": ({"reranker": {}} if card.task == "rerank"
+                       else {"embedding": {"pooling": "splade" if card.task == "sparse"
+                                           else pooling or "unknown"}}),
         "max_concurrent_requests": None, "max_input_length": card.max_tokens,
         "max_batch_tokens": max_batch_tokens, "max_batch_requests": None,
         "max_client_batch_size": max_client_batch_size, "auto_truncate": auto_truncate,

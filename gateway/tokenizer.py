@@ -1,12 +1,13 @@
 """Text to token ids with Hugging Face `tokenizers`, in batch and off the event loop.
 
-Owns tokenization and templating: a template (the input type's prefix) is prepended to each
-text, the batch is encoded by the Rust tokenizer in a thread pool so a large request never
-stalls the event loop, and sequences longer than the model's limit are rejected with the limit
-named (or truncated, when configured). Padding and the tokenizer file's own truncation are
-switched off: the wire is ragged. A request of a few short texts is tokenized inline, since
-that takes microseconds and a thread hop costs more. Knows nothing about servers, HTTP or
-chunking.
+Owns tokenization and templating: a template (the input type's prefix) is prepended to each text,
+the batch is encoded by the Rust tokenizer in a thread pool so a large request never stalls the
+event loop, and sequences longer than the model's limit are rejected with the limit named (or
+truncated, when configured). A cross-encoder's query-document pairs are encoded with the
+tokenizer's pair template, token type ids kept, the document side cut to fit. Padding and the
+tokenizer file's own truncation are switched off: the wire is ragged. A request of a few short
+texts is tokenized inline, since that takes microseconds and a thread hop costs more. Knows nothing
+about servers, HTTP or chunking.
 """
 
 import array
@@ -65,6 +66,33 @@ def too_long_message(index: int, length: int, max_tokens: int) -> str:
         f"input[{index}] has {length} tokens; the model accepts at most {max_tokens} tokens per "
         "input. Shorten it, or run the gateway with --truncate to cut long inputs."
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Pairs:
+    """A rerank request's query-document pairs as the tokenizer's pair encoding wrote them
+    ([CLS] q [SEP] d [SEP]), in the ragged layout: input_ids and type_ids int32 [T]
+    (`array('i')`; type 0 the query's tokens, 1 the document's, where the tokenizer has
+    segments), lengths [N], and the documents cut to fit the model (their indices)."""
+
+    input_ids: array.array
+    type_ids: array.array
+    lengths: list[int]
+    truncated: frozenset[int]
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self.input_ids)
+
+    def starts(self) -> list[int]:
+        return list(itertools.accumulate(self.lengths, initial=0))
+
+
+def query_too_long_message(length: int, specials: int, max_tokens: int) -> str:
+    return (f"query has {length} tokens; the model reads a query and a document together in "
+            f"at most {max_tokens} tokens ({specials} of them separators), so a query may have "
+            f"at most {max_tokens - specials - 1} (documents are cut to fit, the query never "
+            "is). Shorten the query.")
 
 
 class TextTokenizer:
@@ -137,6 +165,53 @@ class TextTokenizer:
         return await loop.run_in_executor(
             self._pool, self.encode_sync, texts, template, max_tokens, truncate
         )
+
+    def encode_pairs_sync(self, query: str, documents: list[str], max_tokens: int,
+                          truncate: bool) -> Pairs:
+        """Each (query, document) pair with the tokenizer's pair template, the document side
+        cut to `max_tokens` when `truncate` (else a RequestError names the first pair that is
+        too long); a query that leaves no room for a document is a RequestError either way."""
+        specials = self._plain.num_special_tokens_to_add(True)
+        query_length = len(self._plain.encode(query, add_special_tokens=False).ids)
+        if query_length + specials + 1 > max_tokens:
+            raise RequestError(query_too_long_message(query_length, specials, max_tokens),
+                               param="query", code="context_length_exceeded")
+        tokenizer = self._pair_tokenizer(max_tokens) if truncate else self._plain
+        encodings = tokenizer.encode_batch_fast([(query, document) for document in documents])
+        ids, types, lengths, truncated = array.array("i"), array.array("i"), [], set()
+        for index, encoding in enumerate(encodings):
+            if len(encoding.ids) > max_tokens:
+                raise RequestError(
+                    f"documents[{index}] makes a pair of {len(encoding.ids)} tokens with the "
+                    f"query; the model accepts at most {max_tokens}. Shorten it, or let it be "
+                    "cut (leave truncate unset or true).", param="documents",
+                    code="context_length_exceeded")
+            if encoding.overflowing:
+                truncated.add(index)
+            ids.extend(encoding.ids)
+            types.extend(encoding.type_ids)
+            lengths.append(len(encoding.ids))
+        return Pairs(ids, types, lengths, frozenset(truncated))
+
+    async def encode_pairs(self, query: str, documents: list[str], *, max_tokens: int,
+                           truncate: bool) -> Pairs:
+        """`encode_pairs_sync` in the thread pool (inline for a small request)."""
+        if len(query) * len(documents) + sum(len(d) for d in documents) <= INLINE_CHARS:
+            return self.encode_pairs_sync(query, documents, max_tokens, truncate)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.encode_pairs_sync, query, documents,
+                                          max_tokens, truncate)
+
+    def _pair_tokenizer(self, max_tokens: int) -> Tokenizer:
+        """A tokenizer that cuts a pair's second sequence (the document) to `max_tokens`."""
+        key = -max_tokens  # beside the single-text truncating tokenizers of _truncating
+        with self._lock:
+            tokenizer = self._truncating.get(key)
+            if tokenizer is None:
+                tokenizer = self._untruncated(self._json)
+                tokenizer.enable_truncation(max_tokens, strategy="only_second")
+                self._truncating[key] = tokenizer
+            return tokenizer
 
     async def encodings(self, texts: list[str], add_special_tokens: bool) -> list:
         """The tokenizer's full `Encoding` of each text (ids, tokens, character offsets and

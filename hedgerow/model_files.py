@@ -22,6 +22,23 @@ DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
 POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
                  "pooling_mode_lasttoken": "last"}
 
+# config.json `architectures` the engine serves, and the task each serves: `embed` (pooled
+# vectors) or `rerank` (a cross-encoder: one relevance score per query-document pair). A head
+# the engine would drop (masked-LM, token classification, ...) is not here: such a checkpoint
+# is refused, never served as something else. Qwen3ForCausalLM is how Qwen3 embedding models
+# ship (the LM head is unused by them). A config without `architectures` is its model_type's
+# base model.
+ARCHITECTURES = {
+    "BertModel": "embed", "RobertaModel": "embed", "XLMRobertaModel": "embed",
+    "Qwen3Model": "embed", "Qwen3ForCausalLM": "embed",
+    "BertForSequenceClassification": "rerank", "RobertaForSequenceClassification": "rerank",
+    "XLMRobertaForSequenceClassification": "rerank",
+}
+# `sparse` (BGE-M3's lexical weights) is never read from config.json: a BGE-M3 checkpoint is an
+# embedding model that also ships `sparse_linear.pt`, and serves sparse vectors when asked.
+TASKS = ("embed", "rerank", "sparse")
+SPARSE_HEAD_FILE = "sparse_linear.pt"
+
 
 @dataclass(frozen=True)
 class SentenceTransformersSettings:
@@ -55,6 +72,24 @@ def read_object(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ModelLoadError(f"{path} must hold a JSON object")
     return value
+
+
+def model_task(config: dict[str, Any], path: Path) -> str:
+    """The task (a key of TASKS) of the checkpoint whose config.json (at `path`) is `config`;
+    ModelLoadError naming the architecture when the engine does not serve it."""
+    names = config.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ModelLoadError(f"{path}: architectures must be a list of class names")
+    unknown = [n for n in names if n not in ARCHITECTURES]
+    if unknown:
+        raise ModelLoadError(
+            f"{path}: architecture {unknown[0]!r} is not served (its head would be dropped or "
+            f"its layers are unknown here); served: {', '.join(ARCHITECTURES)}")
+    tasks = sorted({ARCHITECTURES[n] for n in names}) or ["embed"]
+    if len(tasks) > 1:
+        raise ModelLoadError(f"{path}: architectures {', '.join(names)} name different tasks "
+                             f"({', '.join(tasks)}); keep the one this checkpoint is")
+    return tasks[0]
 
 
 def templates_from_prompts(prompts: dict[str, Any]) -> dict[str, str]:

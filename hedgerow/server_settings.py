@@ -30,6 +30,15 @@ class ServerSettings:
         "Unset serves the packaged all-MiniLM-L6-v2.",
         unit="path",
     )
+    task: str = setting(
+        "auto",
+        "What the model serves: embed (vectors: Embed and Score), rerank (a cross-encoder's "
+        "pair scores: Rerank) or sparse (BGE-M3's lexical weights, from the sparse_linear.pt "
+        "beside its weights: EmbedSparse). auto: what the checkpoint is (config.json "
+        "architectures: *ForSequenceClassification is rerank, else embed). A checkpoint of "
+        "another task than the one named here is refused at start.",
+        choices=("auto", "embed", "rerank", "sparse"),
+    )
     host: str = setting(
         "0.0.0.0",
         "Address the gRPC and HTTP listeners bind to; 127.0.0.1 keeps them on loopback.",

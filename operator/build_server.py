@@ -51,6 +51,7 @@ def server_env(service: Service) -> dict[str, str]:
         settings.env_name("http_port"): str(names.SERVER_HTTP_PORT),
         settings.env_name("device"): "cuda" if server["gpus"] > 0 else "cpu",
         **knobs.env(knobs.SERVER, server),
+        **knobs.env(knobs.MODEL, service.spec["model"]),
     }
     if "guard" in service.spec:
         env[settings.env_name("golden_set")] = GOLDEN_SET_PATH

@@ -213,6 +213,15 @@ HUGGING_FACE_RULES = (
 # ---- end spec.model.huggingFace ---------------------------------------------------------------
 
 
+def _model_knobs() -> dict:
+    """spec.model's settings (`task`), without the setting's default: left out, the server
+    reads the task from the checkpoint, and the pods of a service naming none keep their env."""
+    nodes = knobs.properties(knobs.MODEL)
+    for node in nodes.values():
+        node.pop("default", None)
+    return nodes
+
+
 def _model() -> dict:
     mounted = "has(self.persistentVolumeClaim) || has(self.hostPath)"
     reserved = "[" + ", ".join(f"'{path}'" for path in RESERVED_MOUNT_PATHS) + "]"
@@ -225,6 +234,7 @@ def _model() -> dict:
                                     "huggingFace's job).", max_length=256),
             "servedName": string("The `model` name clients send. Default: the resource name.",
                                  pattern=r"^\S+$", max_length=256),
+            **_model_knobs(),
             "mountPath": string("Where the model volume is mounted when one is given.",
                                 default="/models", pattern=r"^/", max_length=1024),
             "persistentVolumeClaim": obj(

@@ -24,7 +24,7 @@ from hedgerow.server_settings import ServerSettings
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    """CRD field `path` (dotted, under spec.server or spec.gateway) is setting `name` of
+    """CRD field `path` (dotted, under spec.server, spec.gateway or spec.model) is setting `name` of
     `owner`. `shapes`: a list of SEQSxTOKENS strings, which the CRD spells as objects."""
 
     path: str
@@ -59,6 +59,11 @@ SERVER = (
     Knob("graphs.hotSet", GpuSettings, "graph_hot_set", shapes=True),
     Knob("graphs.memoryLimitMiB", GpuSettings, "graph_memory_limit_mib"),
     Knob("logFormat", ServerSettings, "log_format"),
+)
+
+# spec.model's: the task the servers serve (left out: the checkpoint's, the server's `auto`).
+MODEL = (
+    Knob("task", ServerSettings, "task"),
 )
 
 GATEWAY = (

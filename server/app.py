@@ -108,7 +108,8 @@ def load_engine(settings: ServerSettings, gpu_settings: Any = None,
     path = Path(settings.model or default_model_path())
     weights = space.start_weights_digest(path)
     engine = Engine.load(path, device=settings.device, dtype=settings.dtype,
-                         gpu_settings=gpu_settings)
+                         gpu_settings=gpu_settings,
+                         task=None if settings.task == "auto" else settings.task)
     # Before the capture: a replica in the wrong space is told so without waiting for it.
     measured, check = measure_space(engine, path, golden, weights)
     engine.warmup()

@@ -5,8 +5,12 @@ vocabulary and length checks, dimensions and dtype), submits it to the schedulin
 call's deadline, awaits the rows and answers the response's bytes, written straight from them,
 ending with the space's fingerprint (bytes written once at start). `Score` does the same with a
 query and its documents (server/score.py), then ranks the documents by cosine on the engine
-thread (device work never runs elsewhere). `Info` reports the engine's model and the fingerprint
-of its embedding space. Every HedgerowError becomes its status code in `_abort`; nothing else is
+thread (device work never runs elsewhere). `Rerank` scores query-document pairs with a
+cross-encoder (server/rerank.py) and ranks them the same way; `EmbedSparse` answers BGE-M3's
+lexical weights (server/sparse.py). Embed and Score serve a model of task `embed` only, Rerank
+one of task `rerank`, EmbedSparse one of task `sparse`: the other gets INVALID_ARGUMENT naming the
+model's task. `Info` reports the engine's model, its task and the fingerprint of its embedding
+space. Every HedgerowError becomes its status code in `_abort`; nothing else is
 caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
 into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's internals.
 """
@@ -14,12 +18,14 @@ into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from hedgerow import __version__
+from hedgerow.defaults import default_model_path
 from hedgerow.errors import (
     HedgerowError, InvalidInputError, NotReadyError, OverloadedError,
 )
@@ -28,6 +34,8 @@ from hedgerow.engine.batch import check_tokens
 from hedgerow.server import metrics as m
 from hedgerow.server.convert import WireBatch, decode_batch, decode_options, encode_embeddings
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
+from hedgerow.server.rerank import decode_rerank, rank_pairs
+from hedgerow.server.sparse import encode_sparse, lexical_weights, special_ids
 from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -96,6 +104,7 @@ def _decoded(request):
 class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     def __init__(self, state: ServerState) -> None:
         self._state = state
+        self._special_ids: frozenset[int] | None = None  # read at the first EmbedSparse
 
     async def Embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext
                     ) -> embed_pb2.EmbedResponse:
@@ -104,6 +113,14 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     async def Score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext
                     ) -> embed_pb2.ScoreResponse:
         return await self._answer(self._score, request, context)
+
+    async def Rerank(self, request: embed_pb2.RerankRequest, context: grpc.aio.ServicerContext
+                     ) -> embed_pb2.ScoreResponse:
+        return await self._answer(self._rerank, request, context)
+
+    async def EmbedSparse(self, request: embed_pb2.EmbedRequest,
+                          context: grpc.aio.ServicerContext) -> embed_pb2.SparseEmbedResponse:
+        return await self._answer(self._embed_sparse, request, context)
 
     async def _answer(self, handler, request, context: grpc.aio.ServicerContext):
         """Run `handler(request, context, start)`, counting its outcome; errors become status."""
@@ -127,7 +144,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
 
     async def _embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext,
                      start: float) -> bytes:
-        engine, loop = self._ready()
+        engine, loop = self._ready("embed", "Embed")
         batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
         options = decode_options(request, engine.info.dimensions, engine.info.normalize)
         rows = await self._rows(loop, batch, context, start)
@@ -135,7 +152,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
 
     async def _score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext,
                      start: float) -> embed_pb2.ScoreResponse:
-        engine, loop = self._ready()
+        engine, loop = self._ready("embed", "Score")
         query = decode_score(request, self._state.settings.max_request_tokens,
                              engine.info.dimensions)
         self._checked(query.batch)
@@ -144,6 +161,31 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
                                                               engine.info.device)
         return encode_scores(indices, scores, query.batch.num_tokens,
                              self._state.space.fingerprint)
+
+    async def _rerank(self, request: embed_pb2.RerankRequest,
+                      context: grpc.aio.ServicerContext, start: float) -> embed_pb2.ScoreResponse:
+        engine, loop = self._ready("rerank", "Rerank")
+        info = engine.info
+        query = decode_rerank(request, self._state.settings.max_request_tokens,
+                              info.token_types)
+        self._checked(query.batch)
+        batch = query.folded(info.vocab_size, info.token_types)
+        rows = await self._rows(loop, batch, context, start)
+        indices, scores = await self._state.engine_thread.run(rank_pairs, rows, query.top_n,
+                                                              info.device)
+        return encode_scores(indices, scores, batch.num_tokens, self._state.space.fingerprint)
+
+    async def _embed_sparse(self, request: embed_pb2.EmbedRequest,
+                            context: grpc.aio.ServicerContext, start: float
+                            ) -> embed_pb2.SparseEmbedResponse:
+        _, loop = self._ready("sparse", "EmbedSparse")
+        batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
+        rows = await self._rows(loop, batch, context, start)
+        if self._special_ids is None:
+            self._special_ids = special_ids(Path(self._state.settings.model
+                                                 or default_model_path()))
+        vectors = lexical_weights(batch.input_ids, batch.cu_seqlens, rows, self._special_ids)
+        return encode_sparse(vectors, batch.num_tokens, self._state.space.fingerprint)
 
     def _checked(self, batch: WireBatch) -> WireBatch:
         """`batch`, once the model's own checks (vocabulary, sequence length) pass."""
@@ -183,12 +225,23 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             dtype=info.dtype,
             dtype_reason=info.dtype_reason,
             space=self._state.space.fingerprint,
+            task=info.task,
+            token_types=info.token_types,
         )
 
-    def _ready(self):
+    def _ready(self, task: str | None = None, method: str = ""):
+        """The engine and loop once loaded; InvalidInputError when the model's task is not
+        `task`, the one `method` serves."""
         state = self._state
         if state.engine is None or state.loop is None:
             raise NotReadyError("the model is still loading; retry shortly")
+        info = state.engine.info
+        if task is not None and info.task != task:
+            serves = {"embed": "embeddings (Embed, Score)",
+                      "rerank": "query-document pair scores (Rerank)",
+                      "sparse": "lexical weights (EmbedSparse)"}[info.task]
+            raise InvalidInputError(f"{method} needs a model of task {task!r}; model "
+                                    f"{info.name} is of task {info.task!r}: it serves {serves}")
         return state.engine, state.loop
 
     async def _abort(self, context: grpc.aio.ServicerContext, error: HedgerowError,

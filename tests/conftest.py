@@ -44,3 +44,46 @@ def free_port() -> int:
 @pytest.fixture
 def subprocess_env() -> dict[str, str]:
     return child_env()
+
+
+def write_cross_encoder(directory: Path, seed: int = 0) -> Path:
+    """A random-weight BertForSequenceClassification (one logit) of small shapes, saved with
+    `save_pretrained` beside the packaged model's tokenizer.json (its vocabulary, so texts
+    tokenize for it): a cross-encoder directory as a user would serve one."""
+    import shutil
+
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=512, num_labels=1,
+        initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = transformers.BertForSequenceClassification(config).eval()
+    model.save_pretrained(directory)
+    shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
+    return directory
+
+
+def write_lexical_model(directory: Path, seed: int = 0) -> Path:
+    """A random-weight BertModel with BGE-M3's sparse head beside it (`sparse_linear.pt`: a
+    torch state dict of a linear layer hidden -> 1, as BGE-M3 ships it) and the packaged
+    model's tokenizer.json: a directory to serve with task sparse."""
+    import shutil
+
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=512, initializer_range=0.2)
+    transformers.BertModel(config).eval().save_pretrained(directory)
+    head = torch.nn.Linear(64, 1)
+    with torch.no_grad():  # about half the tokens above 0, so relu keeps many
+        head.weight.normal_(0, 0.3)
+        head.bias.zero_()
+    torch.save(head.state_dict(), directory / "sparse_linear.pt")
+    shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
+    return directory

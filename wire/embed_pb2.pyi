@@ -49,7 +49,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "architecture", "dimensions", "max_tokens", "max_request_tokens", "pooling", "normalize", "templates", "version", "vocab_size", "max_inflight_tokens", "dtype", "dtype_reason", "space")
+    __slots__ = ("model", "architecture", "dimensions", "max_tokens", "max_request_tokens", "pooling", "normalize", "templates", "version", "vocab_size", "max_inflight_tokens", "dtype", "dtype_reason", "space", "task", "token_types")
     class TemplatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,8 @@ class InfoResponse(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_REASON_FIELD_NUMBER: _ClassVar[int]
     SPACE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_TYPES_FIELD_NUMBER: _ClassVar[int]
     model: str
     architecture: str
     dimensions: int
@@ -85,7 +87,9 @@ class InfoResponse(_message.Message):
     dtype: str
     dtype_reason: str
     space: str
-    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_inflight_tokens: _Optional[int] = ..., dtype: _Optional[str] = ..., dtype_reason: _Optional[str] = ..., space: _Optional[str] = ...) -> None: ...
+    task: str
+    token_types: int
+    def __init__(self, model: _Optional[str] = ..., architecture: _Optional[str] = ..., dimensions: _Optional[int] = ..., max_tokens: _Optional[int] = ..., max_request_tokens: _Optional[int] = ..., pooling: _Optional[str] = ..., normalize: _Optional[bool] = ..., templates: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_inflight_tokens: _Optional[int] = ..., dtype: _Optional[str] = ..., dtype_reason: _Optional[str] = ..., space: _Optional[str] = ..., task: _Optional[str] = ..., token_types: _Optional[int] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
     __slots__ = ("input_ids", "cu_seqlens", "top_n", "dimensions")
@@ -99,6 +103,18 @@ class ScoreRequest(_message.Message):
     dimensions: int
     def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., top_n: _Optional[int] = ..., dimensions: _Optional[int] = ...) -> None: ...
 
+class RerankRequest(_message.Message):
+    __slots__ = ("input_ids", "cu_seqlens", "token_type_ids", "top_n")
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    CU_SEQLENS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_TYPE_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    input_ids: bytes
+    cu_seqlens: bytes
+    token_type_ids: bytes
+    top_n: int
+    def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., token_type_ids: _Optional[bytes] = ..., top_n: _Optional[int] = ...) -> None: ...
+
 class ScoreResponse(_message.Message):
     __slots__ = ("indices", "scores", "prompt_tokens", "space")
     INDICES_FIELD_NUMBER: _ClassVar[int]
@@ -110,3 +126,17 @@ class ScoreResponse(_message.Message):
     prompt_tokens: int
     space: str
     def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...
+
+class SparseEmbedResponse(_message.Message):
+    __slots__ = ("counts", "indices", "values", "prompt_tokens", "space")
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPACE_FIELD_NUMBER: _ClassVar[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    indices: bytes
+    values: bytes
+    prompt_tokens: int
+    space: str
+    def __init__(self, counts: _Optional[_Iterable[int]] = ..., indices: _Optional[bytes] = ..., values: _Optional[bytes] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...

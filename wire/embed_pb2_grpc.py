@@ -49,6 +49,16 @@ class EmbedderStub:
                 request_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.SerializeToString,
                 response_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
                 _registered_method=True)
+        self.Rerank = channel.unary_unary(
+                '/hedgerow.v1.Embedder/Rerank',
+                request_serializer=hedgerow_dot_wire_dot_embed__pb2.RerankRequest.SerializeToString,
+                response_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+                _registered_method=True)
+        self.EmbedSparse = channel.unary_unary(
+                '/hedgerow.v1.Embedder/EmbedSparse',
+                request_serializer=hedgerow_dot_wire_dot_embed__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=hedgerow_dot_wire_dot_embed__pb2.SparseEmbedResponse.FromString,
+                _registered_method=True)
 
 
 class EmbedderServicer:
@@ -77,6 +87,22 @@ class EmbedderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rerank(self, request, context):
+        """Score query-document pairs with a cross-encoder (a server whose Info.task is "rerank") and
+        return the best pairs, best first: score descending, ties to the lower pair index.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EmbedSparse(self, request, context):
+        """BGE-M3's lexical weights of every sequence (a server whose Info.task is "sparse"): per
+        sequence the largest weight of each token id it holds, special tokens left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmbedderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +120,16 @@ def add_EmbedderServicer_to_server(servicer, server):
                     servicer.Score,
                     request_deserializer=hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.FromString,
                     response_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.SerializeToString,
+            ),
+            'Rerank': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rerank,
+                    request_deserializer=hedgerow_dot_wire_dot_embed__pb2.RerankRequest.FromString,
+                    response_serializer=hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.SerializeToString,
+            ),
+            'EmbedSparse': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedSparse,
+                    request_deserializer=hedgerow_dot_wire_dot_embed__pb2.EmbedRequest.FromString,
+                    response_serializer=hedgerow_dot_wire_dot_embed__pb2.SparseEmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +213,60 @@ class Embedder:
             '/hedgerow.v1.Embedder/Score',
             hedgerow_dot_wire_dot_embed__pb2.ScoreRequest.SerializeToString,
             hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rerank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hedgerow.v1.Embedder/Rerank',
+            hedgerow_dot_wire_dot_embed__pb2.RerankRequest.SerializeToString,
+            hedgerow_dot_wire_dot_embed__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedSparse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hedgerow.v1.Embedder/EmbedSparse',
+            hedgerow_dot_wire_dot_embed__pb2.EmbedRequest.SerializeToString,
+            hedgerow_dot_wire_dot_embed__pb2.SparseEmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,12 @@ RoBERTa and XLM-RoBERTa number positions from `padding_idx + 1` (`position_offse
 `transformers` does, skip tokens whose id is the padding id: those sit at `padding_idx` and do
 not advance the count. Computed on the device from the 0-based per-sequence positions the caller
 passes in, so it runs inside a CUDA graph.
+
+A cross-encoder (`segments` > 1) reads token type ids (the query's segment 0, the document's
+segment 1) folded into the ids: a token of segment s arrives as `id + s * vocab_size`, so the
+ragged batch stays one int32 axis through the scheduler and the graphs. An embedding model
+reads segment 0 only. `ScoreHead` turns a cross-encoder's pooled [CLS] rows into one relevance
+score each; `LexicalWeights` gives each token BGE-M3's lexical weight.
 """
 
 from dataclasses import dataclass
@@ -40,6 +46,7 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
     position_offset: int = 0  # RoBERTa/XLM-R: padding_idx + 1 (padding_idx is the pad token id)
+    segments: int = 1  # token types read (folded into the ids); 1: every token is segment 0
 
     @property
     def head_dim(self) -> int:
@@ -98,19 +105,78 @@ class BertModel(nn.Module):
         self.word_embeddings = nn.Embedding.from_pretrained(torch.randn(config.vocab_size, h))
         self.position_embeddings = nn.Embedding.from_pretrained(
             torch.randn(config.max_position_embeddings, h))
-        # Every token is segment 0 (embeddings take one segment): one row of the type table.
-        self.token_type_embedding = nn.Parameter(torch.zeros(h))
+        if config.segments > 1:  # a cross-encoder: the type table, read by folded ids
+            self.token_type_embeddings = nn.Embedding.from_pretrained(
+                torch.zeros(config.segments, h))
+        else:  # every token is segment 0 (embeddings take one segment): one row of the table
+            self.token_type_embedding = nn.Parameter(torch.zeros(h))
         self.embed_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        segment = None
+        if self.config.segments > 1:
+            segment = torch.div(input_ids, self.config.vocab_size, rounding_mode="floor")
+            input_ids = input_ids - segment * self.config.vocab_size
         positions = position_ids
         if self.config.position_offset:
             positions = padding_aware_positions(input_ids, position_ids,
                                                 self.config.position_offset - 1)
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
-        x = self.embed_norm(x + self.token_type_embedding)
+        if segment is None:
+            x = self.embed_norm(x + self.token_type_embedding)
+        else:
+            x = self.embed_norm(x + self.token_type_embeddings(segment))
         for layer in self.layers:
             x = layer(x, cu_seqlens, max_seqlen, attention)
         return x
+
+
+class ScoreHead(nn.Module):
+    """A sequence-classification head as one relevance score per sequence.
+
+    forward(pooled float32 [B, H], the [CLS] rows) -> float32 [B, 1]. The logits are
+    `out(tanh(dense(pooled)))` (BERT's pooler and classifier; RoBERTa's classifier dense and
+    out_proj: the same math). With one label the score is its logit; with several, the log-odds
+    of `label` against the rest, `logit[label] - logsumexp(others)`, whose sigmoid is the
+    softmax probability of `label`. The head computes in its weights' dtype (the loader keeps
+    it in float64): a float32 matrix product's rounding depends on the batch's row count and a
+    row's place in it, which would score a duplicate pair differently in one batch, while in
+    float64 those differences vanish in the rounding to float32.
+    """
+
+    def __init__(self, hidden_size: int, num_labels: int, label: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.out = nn.Linear(hidden_size, num_labels)
+        self.label = label
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        x = pooled.to(self.dense.weight.dtype)
+        logits = self.out(torch.tanh(self.dense(x)))
+        k = self.label
+        score = logits[:, k:k + 1]
+        if logits.shape[1] > 1:
+            others = torch.cat((logits[:, :k], logits[:, k + 1:]), dim=1)
+            score = score - torch.logsumexp(others, dim=1, keepdim=True)
+        return score.float()
+
+
+class LexicalWeights(nn.Module):
+    """BGE-M3's sparse head on an encoder: each token's weight `relu(linear(hidden))`.
+
+    forward(input_ids [T], position_ids [T], cu_seqlens, max_seqlen, attention) -> [T, 1] in
+    the model's dtype (pooling "tokens" lays them out per sequence; the max per token id is
+    taken by whoever knows the ids)."""
+
+    def __init__(self, encoder: BertModel) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.config = encoder.config
+        self.sparse_linear = nn.Linear(encoder.config.hidden_size, 1)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        hidden = self.encoder(input_ids, position_ids, cu_seqlens, max_seqlen, attention)
+        return torch.relu(self.sparse_linear(hidden))

@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     from hedgerow.progress import bar
 
     directory = config.model if config.model is not None else default_model_path()
-    engine = Engine.load(directory, device=config.device, dtype=config.dtype)
+    # task "embed": a cross-encoder is refused at load, naming its task (it embeds nothing)
+    engine = Engine.load(directory, device=config.device, dtype=config.dtype, task="embed")
     info = engine.info
     if config.dimensions is not None and config.dimensions > info.dimensions:
         raise InvalidInputError(f"dimensions {config.dimensions} (--dimensions or "

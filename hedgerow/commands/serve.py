@@ -63,6 +63,11 @@ class ServeSettings:
         "The server's compute dtype (as `hedgerow server --dtype`): auto picks bfloat16 where "
         "it is faster and close to float32; float32 gives the reference vectors exactly.",
         choices=field_of(ServerSettings, "dtype").choices)
+    task: str = setting(
+        field_of(ServerSettings, "task").default,
+        "What the server serves (as `hedgerow server --task`): auto reads it from the "
+        "checkpoint; sparse serves BGE-M3's lexical weights (TEI's /embed_sparse).",
+        choices=field_of(ServerSettings, "task").choices)
     startup_timeout: float = setting(
         300.0, "Longest to wait for the server and the gateway to become ready.",
         unit="seconds", minimum=1)
@@ -227,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         server = stack.start(
             "server", "server", *model, "--host", "127.0.0.1", "--port", str(grpc_port),
             "--http-port", str(http_port), "--device", config.device, "--dtype", config.dtype,
+            "--task", config.task,
             "--log-level", config.log_level, "--log-format", config.log_format)
         if stack.wait_until("server", server, lambda: server_serving(server_address)):
             say(f"the server (pid {server.pid}) is SERVING; starting the gateway")

@@ -23,7 +23,9 @@ START_TIMEOUT_S = 180.0
 
 
 class Stack:
-    def __init__(self, log_path: Path) -> None:
+    """`hedgerow serve` on free ports; `flags` are more of its flags (`--model DIR`)."""
+
+    def __init__(self, log_path: Path, *flags: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -32,7 +34,7 @@ class Stack:
         self.proc = subprocess.Popen(
             hedgerow_command("serve", "--port", str(self.port), "--server-port",
                              str(free_port()), "--server-http-port", str(free_port()),
-                             "--dtype", "float32", "--log-level", "warning"),
+                             "--dtype", "float32", "--log-level", "warning", *flags),
             env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self) -> None:

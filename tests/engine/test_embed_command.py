@@ -237,3 +237,13 @@ def test_non_finite_output_is_refused(capsys, tmp_path, default_model_dir):
     save_file(weights, tmp_path / "broken" / "model.safetensors")
     code, out, err = _embed(capsys, "--model", str(tmp_path / "broken"), "hi")
     assert code == 2 and out == "" and "NaN or infinite values (first for text 0)" in err
+
+
+def test_a_cross_encoder_is_refused_naming_its_task(subprocess_env, tmp_path):
+    from tests.conftest import write_cross_encoder
+
+    directory = write_cross_encoder(tmp_path / "reranker")
+    code, out, err = _run(subprocess_env, "--model", str(directory), "hi")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert ("is a checkpoint for task 'rerank' (BertForSequenceClassification), not the "
+            "'embed' asked for") in err

@@ -287,3 +287,22 @@ def test_sentence_transformers_last_token_pooling(tmp_path):
         {"pooling_mode_lasttoken": True}))
     info = Engine.load(tmp_path, causal=False).info
     assert (info.architecture, info.pooling, info.normalize) == ("qwen3", "last", True)
+
+
+@pytest.mark.parametrize("head", [transformers.BertForMaskedLM,
+                                  transformers.BertForTokenClassification])
+def test_a_head_the_engine_would_drop_is_refused_naming_the_architecture(tmp_path, head):
+    """A checkpoint saved with a head the engine does not compute is not served as a bare
+    encoder (its head silently dropped)."""
+    torch.manual_seed(0)
+    head(_tiny_bert_config()).save_pretrained(tmp_path / "headed")
+    with pytest.raises(ModelLoadError, match=rf"architecture '{head.__name__}' is not served"):
+        load_model(tmp_path / "headed")
+
+
+def test_architectures_of_different_tasks_are_refused(bert_dir):
+    config = json.loads((bert_dir / "config.json").read_text())
+    config["architectures"] = ["BertModel", "Unheard"]
+    (bert_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"architecture 'Unheard' is not served"):
+        load_model(bert_dir)

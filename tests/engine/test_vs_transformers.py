@@ -9,6 +9,8 @@ Bidirectional Qwen3: `transformers` Qwen3 is causal; the reference gets a custom
 mask of zeros ([1, 1, L, L], "every query sees every key"), which transformers uses as is.
 """
 
+import json
+
 import pytest
 import torch
 import transformers
@@ -38,10 +40,12 @@ def _qwen3_config():
 CASES = {
     # name: (transformers class to save, how its config is made)
     "bert": (transformers.BertModel, lambda: _encoder_config(transformers.BertConfig)),
-    "bert-with-mlm-head": (transformers.BertForMaskedLM,
-                           lambda: _encoder_config(transformers.BertConfig)),
-    "roberta-with-mlm-head": (transformers.RobertaForMaskedLM,
-                              lambda: _encoder_config(transformers.RobertaConfig)),
+    # Tensors under a head prefix ("bert.", "roberta."), config.json naming no architectures
+    # (with `architectures: [...ForMaskedLM]` the loader refuses it: test_loader.py).
+    "bert-prefixed": (transformers.BertForMaskedLM,
+                      lambda: _encoder_config(transformers.BertConfig)),
+    "roberta-prefixed": (transformers.RobertaForMaskedLM,
+                         lambda: _encoder_config(transformers.RobertaConfig)),
     "xlm-roberta": (transformers.XLMRobertaModel,
                     lambda: _encoder_config(transformers.XLMRobertaConfig)),
     "qwen3-causal": (transformers.Qwen3Model, _qwen3_config),
@@ -78,6 +82,10 @@ def test_matches_transformers(name, tmp_path):
     reference = model_class(make_config()).eval()
     reference.config._attn_implementation = "eager"
     reference.save_pretrained(tmp_path)
+    if name.endswith("-prefixed"):
+        config = json.loads((tmp_path / "config.json").read_text())
+        del config["architectures"]
+        (tmp_path / "config.json").write_text(json.dumps(config))
 
     causal = None if name == "qwen3-causal" else (False if name.startswith("qwen3") else None)
     loaded = load_model(tmp_path, causal=causal)

@@ -403,3 +403,15 @@ def test_gateway_autoscaling_is_an_hpa_on_cpu_that_owns_the_replicas():
     assert "replicas" not in children[("Deployment", "emb-gateway")]["spec"]
     assert children[("Deployment", "emb-server")]["spec"]["replicas"] == 1
     assert [c.name for c in unwanted(service)] == ["emb-server"]
+
+
+def test_the_model_task_reaches_the_servers_only_when_named():
+    """spec.model.task becomes the server's --task; left out, no variable (the server reads
+    the checkpoint's task), so a service naming none keeps its pods' env."""
+    assert "HEDGEROW_TASK" not in build_server_config(_service("defaults"))["data"]
+    body = copy.deepcopy(BASE)
+    body["spec"]["model"]["task"] = "rerank"
+    config = build_server_config(parse(body))
+    assert config["data"]["HEDGEROW_TASK"] == "rerank"
+    gateway = _by_kind(build_all(parse(body)))[("ConfigMap", "emb-gateway")]["data"]
+    assert "HEDGEROW_TASK" not in gateway  # the gateway learns it from the servers' Info

@@ -130,3 +130,13 @@ def test_bad_input_gets_invalid_argument_with_the_reason(stub, name):
         stub.Score(request, timeout=30)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in caught.value.details(), caught.value.details()
+
+
+def test_rerank_on_an_embedding_model_names_its_task(stub):
+    packed = embed_request([QUERY])
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Rerank(embed_pb2.RerankRequest(input_ids=packed.input_ids,
+                                            cu_seqlens=packed.cu_seqlens, top_n=1), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ("Rerank needs a model of task 'rerank'; model all-MiniLM-L6-v2 is of task 'embed'"
+            in raised.value.details())
