@@ -8,7 +8,8 @@ Embeddings Inference's (`POST /embed`, `/rerank`, `/similarity`, `/`, `GET /info
 `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`. Operations:
 `GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank scores
 names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
-`embedding_space`). Request logic lives in
+`embedding_space`); every embeddings answer carries TEI's timing headers (x-total-time,
+x-tokenization-time, x-queue-time, x-inference-time). Request logic lives in
 `service.py` and `rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, routing and
 error guarding in `http.py` (on FastAPI), the documented request and answer schemas in
 `openapi.py`; errors are translated in `http_errors.py`, in the shape of the route's API.
@@ -41,6 +42,7 @@ from hedgerow.gateway.http import (
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard
 from hedgerow.gateway.replicas import ReplicaSet
+from hedgerow.gateway.request_context import current
 from hedgerow.gateway.rerank import Reranker, RerankRequest, rerank_body
 from hedgerow.gateway.router import NO_REPLICA_MESSAGE, Router
 from hedgerow.gateway.schema import (
@@ -155,13 +157,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return await encoded(encode, result)
 
     async def encoded(encode, result: Embedded) -> Response:
-        """The body `encode()` writes, with the header naming the vectors' space; a large one
-        is encoded in a thread so the event loop keeps serving."""
-        headers = space_header(result.space)
+        """The body `encode()` writes, with the headers naming the vectors' space and TEI's
+        timings; a large one is encoded in a thread so the event loop keeps serving."""
         if result.embeddings.size <= INLINE_ENCODE_VALUES:
-            return Response(encode(), headers=headers, tokens=result.prompt_tokens)
-        return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
-                        headers=headers, tokens=result.prompt_tokens)
+            body = encode()
+        else:
+            body = await asyncio.get_running_loop().run_in_executor(None, encode)
+        headers = space_header(result.space) + current().timing_headers()
+        return Response(body, headers=headers, tokens=result.prompt_tokens)
 
     @routes.route("POST", "/v1/rerank", tags=["Rerank (Cohere v1, Jina)"],
                   summary="Rank documents against a query",

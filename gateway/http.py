@@ -6,7 +6,9 @@ Owns registering a handler (`Routes.route`): FastAPI routes it and documents it 
 validate by hand (gateway/schema.py and the other APIs' modules), which measured faster than
 FastAPI's own body parsing. Around every handler: the error it raised becomes the answer in the
 shape of the route's API (gateway/http_errors.py), one latency observation per request under
-its route and final status, and the access log (gateway/access_log.py). A request whose client
+its route and final status, and the access log (gateway/access_log.py). Every request gets a
+`RequestContext` (gateway/request_context.py: its id, from the client's X-Request-Id or new, and
+its timings), and every answer echoes the id in X-Request-Id. A request whose client
 went away (gateway/uvicorn_server.py cancels its task) is recorded as 499 and logged once at
 INFO. No route or no such method is 404 or 405 in OpenAI's shape. Knows nothing about
 embeddings or sockets.
@@ -31,6 +33,7 @@ from hedgerow.gateway import http_errors
 from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.errors import RequestError, StoppingError
 from hedgerow.gateway.http_errors import Style
+from hedgerow.gateway.request_context import CURRENT, REQUEST_ID_HEADER, RequestContext, request_id
 from hedgerow.gateway.uvicorn_server import CLIENT_CLOSED_REQUEST, GONE_KEY, TASK_KEY
 from hedgerow.logs import fields
 
@@ -193,6 +196,8 @@ class Routes:
             started = time.perf_counter()
             scope = request.scope
             scope[TASK_KEY] = asyncio.current_task()
+            context = RequestContext(request_id(request.headers.get(REQUEST_ID_HEADER)), started)
+            CURRENT.set(context)  # the request's own task: no other request sees it
             try:
                 response = await handler(request)
             except ClientDisconnect:  # left while sending: counted by the server as "unread"
@@ -210,7 +215,7 @@ class Routes:
                 status, body, headers = http_errors.answer_for(
                     StoppingError(STOPPING_MESSAGE), scope.get(STYLE_KEY, style))
                 observe(route, status, elapsed)
-                return Response(body, status, headers=headers)
+                return Response(body, status, headers=(*headers, _id_header(context.request_id)))
             except HedgerowError as error:
                 status, body, headers = http_errors.answer_for(error, scope.get(STYLE_KEY, style))
                 response = Response(body, status, headers=headers)
@@ -219,9 +224,11 @@ class Routes:
                                            path=scope["path"]))
                 status, body, headers = http_errors.internal_error(style)
                 response = Response(body, status, headers=headers)
+            response.raw_headers.append(_id_header(context.request_id))
             elapsed = time.perf_counter() - started
             observe(route, response.status_code, elapsed)
-            access_log.record(method, route, response.status_code, response.tokens, elapsed)
+            access_log.record(method, route, response.status_code, response.tokens, elapsed,
+                              context.request_id, scope)
             return response
 
         endpoint.__name__ = handler.__name__
@@ -241,4 +248,9 @@ class Routes:
         status, body, headers = http_errors.answer_for(
             http_errors.RouteError(error.status_code, message, headers=extra), style)
         self._observe("unmatched", status, 0.0)
-        return Response(body, status, headers=headers)
+        rid = request_id(request.headers.get(REQUEST_ID_HEADER))
+        return Response(body, status, headers=(*headers, _id_header(rid)))
+
+
+def _id_header(rid: str) -> tuple[bytes, bytes]:
+    return (b"x-request-id", rid.encode())

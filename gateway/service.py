@@ -17,6 +17,7 @@ from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import ModelNotFoundError, RequestError
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard, refine_with_info
+from hedgerow.gateway.request_context import current
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.schema import Inputs, check_token_range, parse_inputs
 from hedgerow.gateway_settings import GatewaySettings
@@ -107,7 +108,11 @@ class EmbeddingService:
             truncate = self.settings.truncate
         sequences = await self.tokenizer.encode(texts, template=template, max_tokens=max_tokens,
                                                 truncate=truncate)
-        self.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.metrics.tokenize_seconds.observe(elapsed)
+        context = current()
+        if context is not None:
+            context.tokenize_s += elapsed
         empty = next((i for i, n in enumerate(sequences.lengths) if n == 0), None)
         if empty is not None:  # e.g. only control characters, and no [CLS]/[SEP] in the tokenizer
             where = param if param == "query" else f"{param}[{empty}]"

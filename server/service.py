@@ -6,8 +6,11 @@ call's deadline, awaits the rows and answers the response's bytes, written strai
 ending with the space's fingerprint (bytes written once at start). `Score` does the same with a
 query and its documents (server/score.py), then ranks the documents by cosine on the engine
 thread (device work never runs elsewhere). `Info` reports the engine's model and the fingerprint
-of its embedding space. Every HedgerowError becomes its status code in `_abort`; nothing else is
-caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
+of its embedding space. Every answer says where the request's time went (`timing`: queue wait
+and inference). The gateway's request id arrives as the call's `x-request-id` metadata; it is
+read only for a log line: the DEBUG line `request.done` each call writes at --log-level debug,
+and the ERROR line `request.failed`. Every HedgerowError becomes its status code in `_abort`;
+nothing else is caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
 into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's internals.
 """
 
@@ -26,7 +29,9 @@ from hedgerow.errors import (
 from hedgerow.logs import fields
 from hedgerow.engine.batch import check_tokens
 from hedgerow.server import metrics as m
-from hedgerow.server.convert import WireBatch, decode_batch, decode_options, encode_embeddings
+from hedgerow.server.convert import (
+    WireBatch, decode_batch, decode_options, encode_embeddings, timing_field,
+)
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
 from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
@@ -35,6 +40,9 @@ from hedgerow.wire import embed_pb2, embed_pb2_grpc
 log = logging.getLogger("hedgerow.server.service")
 
 SERVICE_NAME = embed_pb2.DESCRIPTOR.services_by_name["Embedder"].full_name
+# The gRPC metadata key of the gateway's request id (its X-Request-Id), and the most of it logged.
+REQUEST_ID_KEY = "x-request-id"
+MAX_REQUEST_ID = 128
 
 # A client's deadline timer starts before the call reaches this server, so a client that gives
 # up at its deadline cancels the call while this server's clock still shows a little time left.
@@ -87,6 +95,14 @@ def add_to_server(servicer: "EmbedderService", server: grpc.aio.Server) -> None:
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
+def request_id(context: grpc.aio.ServicerContext) -> str:
+    """The call's `x-request-id` metadata ("" without one), cut to MAX_REQUEST_ID characters."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY:
+            return value[:MAX_REQUEST_ID]
+    return ""
+
+
 def _decoded(request):
     if isinstance(request, UndecodableRequest):
         raise InvalidInputError(request.message)
@@ -96,6 +112,8 @@ def _decoded(request):
 class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     def __init__(self, state: ServerState) -> None:
         self._state = state
+        # Decided once: the per-request DEBUG line costs nothing unless it is on.
+        self._debug = log.isEnabledFor(logging.DEBUG)
 
     async def Embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext
                     ) -> embed_pb2.EmbedResponse:
@@ -130,8 +148,11 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         engine, loop = self._ready()
         batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
         options = decode_options(request, engine.info.dimensions, engine.info.normalize)
-        rows = await self._rows(loop, batch, context, start)
-        return encode_embeddings(rows, options, batch.num_tokens, self._state.space_field)
+        rows, queue_us, inference_us = await self._rows(loop, batch, context, start)
+        if self._debug:
+            self._log_done(context, "Embed", batch, queue_us, inference_us)
+        return encode_embeddings(rows, options, batch.num_tokens, self._state.space_field,
+                                 timing_field(queue_us, inference_us))
 
     async def _score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext,
                      start: float) -> embed_pb2.ScoreResponse:
@@ -139,11 +160,13 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         query = decode_score(request, self._state.settings.max_request_tokens,
                              engine.info.dimensions)
         self._checked(query.batch)
-        rows = await self._rows(loop, query.batch, context, start)
+        rows, queue_us, inference_us = await self._rows(loop, query.batch, context, start)
         indices, scores = await self._state.engine_thread.run(rank, rows, query,
                                                               engine.info.device)
+        if self._debug:
+            self._log_done(context, "Score", query.batch, queue_us, inference_us)
         return encode_scores(indices, scores, query.batch.num_tokens,
-                             self._state.space.fingerprint)
+                             self._state.space.fingerprint, queue_us, inference_us)
 
     def _checked(self, batch: WireBatch) -> WireBatch:
         """`batch`, once the model's own checks (vocabulary, sequence length) pass."""
@@ -153,12 +176,23 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         return batch
 
     async def _rows(self, loop, batch: WireBatch, context: grpc.aio.ServicerContext,
-                    start: float) -> np.ndarray:
-        """Submit the batch with the call's deadline; its rows float32 [B, D]."""
+                    start: float) -> tuple[np.ndarray, int, int]:
+        """Submit the batch with the call's deadline; its rows float32 [B, D], and the
+        microseconds it waited for its first batch and then until its last row was back."""
         remaining = context.time_remaining()
         deadline = None if remaining is None else start + remaining
         pending = loop.submit(batch.input_ids, batch.cu_seqlens, batch.lengths, deadline)
-        return await loop.result(pending)
+        rows = await loop.result(pending)
+        batched = pending.batched if pending.batched is not None else pending.arrival
+        return (rows, int((batched - pending.arrival) * 1e6),
+                int((time.monotonic() - batched) * 1e6))
+
+    @staticmethod
+    def _log_done(context: grpc.aio.ServicerContext, method: str, batch: WireBatch,
+                  queue_us: int, inference_us: int) -> None:
+        log.debug("%s", fields(event="request.done", request_id=request_id(context),
+                               method=method, sequences=batch.num_seqs, tokens=batch.num_tokens,
+                               queue_ms=queue_us / 1000, inference_ms=inference_us / 1000))
 
     async def Info(self, request: embed_pb2.InfoRequest, context: grpc.aio.ServicerContext
                    ) -> embed_pb2.InfoResponse:
@@ -199,5 +233,6 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         if count:
             self._state.metrics.requests_by_status[label].inc()
         if code is grpc.StatusCode.INTERNAL:
-            log.error("%s", fields(event="request.failed", error=str(error)))
+            log.error("%s", fields(event="request.failed", request_id=request_id(context),
+                                   error=str(error)))
         await context.abort(code, str(error))

@@ -329,7 +329,7 @@ class _SlowEmbedder:
     def __init__(self, metrics=None, forget=None):
         self.metrics, self.forget, self.replica = metrics, forget, None
 
-    async def Embed(self, request, timeout):
+    async def Embed(self, request, timeout, metadata=None):
         if self.forget:  # discovery drops the replica mid-call, as ReplicaSet does
             self.replica.removed = True
             self.metrics.forget_replica(self.forget)
@@ -391,7 +391,7 @@ def test_waiters_ahead_keep_what_they_could_use_and_only_that():
     does not hold that replica back from the chunks behind it."""
     free, full = replica("a", bound=100), replica("b", 100, bound=100)
     free.address, full.address = "a:1", "b:1"
-    free.embedder = types.SimpleNamespace(Embed=lambda request, timeout: asyncio.sleep(0, "a"))
+    free.embedder = types.SimpleNamespace(Embed=lambda request, timeout, metadata=None: asyncio.sleep(0, "a"))
     source = types.SimpleNamespace(ready=lambda: [free, full])
     chunk = types.SimpleNamespace(size=1)
 
