@@ -86,7 +86,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
                api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> GatewayApp:
     """The gateway's FastAPI app; its lifespan starts and stops discovery and health
     watching. `app.state` holds the service, the replicas and the metrics."""
-    metrics = metrics or GatewayMetrics()
+    metrics = metrics or GatewayMetrics(card.name)
     # `service` is bound below, before the lifespan starts the watchers that call this.
     replicas = ReplicaSet(
         servers=settings.servers, service_dns=settings.service_dns,

@@ -159,10 +159,11 @@ class GatewaySettings:
     )
     access_log_sample: float = setting(
         1.0,
-        "Fraction of requests that get an access-log line at INFO (method, route, status, "
-        "tokens, milliseconds; logger hedgerow.gateway.access): 1 logs every request, 0.01 "
-        "one in a hundred at random, 0 none. A line costs 10-20 microseconds of CPU (about 1-2% "
-        "of the gateway's own time per short request); an unsampled request almost none.",
+        "Fraction of requests that get an access-log line at INFO (request id, method, route, "
+        "status, tokens, milliseconds, client address, user agent; logger "
+        "hedgerow.gateway.access): 1 logs every request, 0.01 one in a hundred at random, 0 "
+        "none. A line costs 10-30 microseconds of CPU (about 1-3% of the gateway's own time "
+        "per short request); an unsampled request almost none.",
         unit="fraction", minimum=0, maximum=1,
     )
     docs: bool = setting(

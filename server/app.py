@@ -30,7 +30,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from hedgerow.addresses import check_can_listen, host_port
-from hedgerow.defaults import default_model_path
+from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError, HedgerowError
 from hedgerow.golden_set import GoldenSet
 from hedgerow.logs import fields
@@ -146,7 +146,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     for signum in (signal.SIGTERM, signal.SIGINT):
         running.add_signal_handler(signum, stop.set)
 
-    state = ServerState(settings=settings, metrics=ServerMetrics())
+    state = ServerState(settings=settings, metrics=ServerMetrics(
+        model_name(Path(settings.model or default_model_path()))))
     health = HealthServicer()
     for name in HEALTH_SERVICES:
         await health.set(name, _NOT_SERVING)
@@ -227,12 +228,23 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
         await threads.close()
         raise
     threads.engine = engine
+    if str(engine.info.device).startswith("cuda"):
+        watch_device_memory(state.metrics, engine.info.device)
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
     loop = EmbedLoop(threads, scheduler, state.metrics, on_crash=lambda error: stop.set())
     state.space_field = space_field(state.space.fingerprint)
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
+
+
+def watch_device_memory(metrics: ServerMetrics, device: Any) -> None:
+    """The GPU's memory gauges, read from torch's caching allocator at each scrape (no device
+    synchronisation: the allocator's own counters)."""
+    import torch
+
+    metrics.watch_device_memory(lambda: torch.cuda.memory_allocated(device),
+                                lambda: torch.cuda.memory_reserved(device))
 
 
 async def _set_serving(state: ServerState, health: HealthServicer) -> None:

@@ -84,7 +84,7 @@ def test_a_request_past_the_servers_admission_bounds_is_paced_not_refused(standi
     assert [item["embedding"][1] for item in data] == token_sums(client, texts)
     for server in standins:
         assert 0 < server.peak_in_flight_tokens <= 200
-    assert "hedgerow_retries_total{" not in client.get("/metrics").text
+    assert "hedgerow_gateway_retries_total{" not in client.get("/metrics").text
 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -100,7 +100,7 @@ def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_fac
         assert answer.status_code == 200, answer.text
     assert first.calls + second.calls == 3  # one failure, retried once
     assert second.calls >= 1  # the retry never goes back to the replica that failed
-    assert f'hedgerow_retries_total{{code="{code.name}"}} 1.0' in client.get("/metrics").text
+    assert f'hedgerow_gateway_retries_total{{code="{code.name}"}} 1.0' in client.get("/metrics").text
 
 
 def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
@@ -112,7 +112,7 @@ def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
         server.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
     answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "busy"})
     assert answer.status_code == 200, answer.text
-    assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"}' in client.get("/metrics").text
+    assert 'hedgerow_gateway_retries_total{code="RESOURCE_EXHAUSTED"}' in client.get("/metrics").text
 
 
 def test_overloaded_past_every_pause_is_429_with_retry_after(standins, gateway_factory):
@@ -216,7 +216,7 @@ def test_dns_changes_add_and_remove_replicas():
     # The departed replica's series are gone; the staying one's are kept.
     exported = metrics.render().decode()
     assert 'replica="10.0.0.1:50051"' not in exported
-    assert 'hedgerow_replica_in_flight_tokens{replica="10.0.0.2:50051"} 7.0' in exported
+    assert 'hedgerow_gateway_replica_in_flight_tokens{replica="10.0.0.2:50051"} 7.0' in exported
 
 
 def test_server_templates_apply_to_input_type(standins, gateway_factory):
