@@ -30,6 +30,7 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
    - with `--compile`, after both models: the engine as served (torch.compile under the
      graphs) in each `--variant` (VARIANTS below: `fa2` the engine before FlashAttention 4
      and cuDNN, `auto` the measured table, `auto+gelu` with the GELU epilogue too,
+     `auto+gelu+quack` with QuACK's fused MLP products too (the defaults),
      `max-autotune` Inductor's GEMM templates): gate, compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
      graph replay launches (count, per layer, top kernels) at 128 and 8192 tokens.
@@ -475,13 +476,16 @@ def bench_model(name, directory, args, results):
     return ref, gate_seqs
 
 
-# The served engine (torch.compile under the graphs) in variants that differ in one setting
-# each, so one run compares them: `fa2` is the engine before FlashAttention 4 and cuDNN (FA2
-# everywhere), `auto` the measured attention table, `auto+gelu` that plus the GELU epilogue.
+# The served engine (torch.compile under the graphs) in variants that add one setting each,
+# so one run compares them: `fa2` is the engine before FlashAttention 4 and cuDNN (FA2
+# everywhere), `auto` the measured attention table, `auto+gelu` that plus the GELU epilogue,
+# `auto+gelu+quack` that plus QuACK's fused MLP products (today's defaults).
+_BARE = {"gelu_epilogue": False, "quack_mlp": False}
 VARIANTS = {
-    "fa2": {"attention_backend": "varlen"},
-    "auto": {},
-    "auto+gelu": {"gelu_epilogue": True},
+    "fa2": {**_BARE, "attention_backend": "varlen"},
+    "auto": _BARE,
+    "auto+gelu": {**_BARE, "gelu_epilogue": True},
+    "auto+gelu+quack": {"gelu_epilogue": True, "quack_mlp": True},
     "max-autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
 }
 

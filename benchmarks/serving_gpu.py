@@ -313,6 +313,8 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
             base_rate = 100 / (statistics.median(base_times) / 1e3)
             record("chart3", length, ours_rate=rate, base_rate=base_rate, n=4 * per_client)
 
+        if 4 not in args.charts:
+            return  # chart 4 alone needs the gateway (and its packages)
         gw_log = out / f"gateway-{name}.log"
         gateway = start(["gateway", "--model", str(directory), "--servers",
                          f"127.0.0.1:{grpc_port}", "--host", "127.0.0.1", "--port", str(gw_port),

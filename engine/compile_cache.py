@@ -2,8 +2,9 @@
 
 A server compiles its forward pass at start (30-45 s for BGE-M3 or Qwen3-0.6B on a GPU, most of
 a cold start). Inductor caches the graphs it generated and its autotuning results, Triton the
-kernels it built, and FlashAttention 4 its CuTe kernels, each under a directory named by an
-environment variable that each reads when it compiles (FlashAttention 4: when it is imported). `use(directory)` points both at `directory`, so that a server restarted on
+kernels it built, FlashAttention 4 and QuACK their CuTe kernels, each under a directory named by
+an environment variable that each reads when it compiles (FlashAttention 4 and QuACK: when they
+are imported). `use(directory)` points them all at `directory`, so that a server restarted on
 the same volume, or a new replica given the same one, finds its compile there instead of doing
 it again (the cache keys include the model's graph, torch's and Triton's versions and the
 device, so a stale entry is never used, only missed). Knows nothing about models or serving.
@@ -20,6 +21,8 @@ TRITON_ENV = "TRITON_CACHE_DIR"
 # it on disk only when asked; it reads these when `flash_attn.cute` is imported.
 FA4_CACHE_ON_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 FA4_CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
+# QuACK's GEMMs (cuda_linear.py) likewise, read when `quack` is imported.
+QUACK_CACHE_DIR_ENV = "QUACK_CACHE_DIR"
 
 
 def use(directory: Path) -> None:
@@ -37,3 +40,4 @@ def use(directory: Path) -> None:
     os.environ[TRITON_ENV] = str(directory / "triton")
     os.environ[FA4_CACHE_ON_ENV] = "1"
     os.environ[FA4_CACHE_DIR_ENV] = str(directory / "flash-attn-cute")
+    os.environ[QUACK_CACHE_DIR_ENV] = str(directory / "quack")

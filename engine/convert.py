@@ -209,7 +209,7 @@ def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> Weights:
             out.put(p + "qkv.bias", _fuse([g(f"{p}{n}.bias") for n in projections], fused),
                     fused)
         fused = f"{p}mlp.gate_proj/up_proj.weight"
-        out.put(p + "gate_up.weight",
+        out.put(p + "gate_up.0.weight",
                 _fuse([g(f"{p}mlp.gate_proj.weight"), g(f"{p}mlp.up_proj.weight")], fused), fused)
         for ours, theirs in renames.items():
             out.put(p + ours, g(p + theirs), p + theirs)

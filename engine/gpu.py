@@ -44,7 +44,7 @@ from hedgerow.engine import compile_cache
 from hedgerow.engine.attention_cuda import (BACKEND_NAMES, UNIFORM_ONLY, AttentionChooser,
                                             AttentionTable, routed)
 from hedgerow.engine.batch import RaggedBatch
-from hedgerow.engine.cuda_linear import use_gelu_epilogues
+from hedgerow.engine.cuda_linear import use_gelu_epilogues, use_swiglu_products
 from hedgerow.engine.graphs import CaptureError, GraphCache
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.pooling import pool
@@ -351,8 +351,13 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
     """A CudaStepper for a `loader.LoadedModel` on CUDA (BERT family or Qwen3); `table`
     replaces the packaged attention table (tests, sweeps)."""
     if settings.gelu_epilogue:
-        swapped = use_gelu_epilogues(loaded.model)
-        log.info("%s", fields(event="engine.gelu_epilogue", layers=swapped))
+        swapped = use_gelu_epilogues(loaded.model, settings.quack_mlp)
+        log.info("%s", fields(event="engine.gelu_epilogue", layers=swapped,
+                              quack=settings.quack_mlp))
+    swapped = use_swiglu_products(loaded.model, settings.quack_mlp)
+    if swapped:
+        log.info("%s", fields(event="engine.swiglu_product", layers=swapped,
+                              quack=settings.quack_mlp))
     config = loaded.config
     kv_heads = getattr(config, "num_kv_heads", config.num_heads)
     causal = bool(getattr(config, "causal", False))

@@ -56,6 +56,12 @@ class GpuSettings:
         "within bf16's own noise: measured on an H200, BGE-M3's minimum cosine against "
         "float32 transformers stayed 0.99996, 1x4096 8.49 -> 7.95 ms, 100x512 1,453 -> 1,651 emb/s). Off: the "
         "model's own GELU, one more pass over the widest activation per layer.")
+    quack_mlp: bool = setting(
+        True, "Let QuACK's fused GEMMs (quack-kernels, Hopper and newer) run the MLP's up "
+        "product with its activation where they measured faster on an H200: SwiGLU (Qwen3) "
+        "from 512 tokens a batch, GELU (with --gelu-epilogue) from 4,096; cuBLAS below, and "
+        "everywhere when the package does not import. Same function either way (QuACK's "
+        "epilogue computes in float32). Off: cuBLAS always.")
     compile: bool = setting(
         True, "Compile the forward pass with torch.compile (Inductor) under the graphs: fused "
         "norms, RoPE, activations and residual adds (measured on an H200: Qwen3-0.6B 1x128 "

@@ -49,6 +49,7 @@ SERVER = (
     Knob("compile", GpuSettings, "compile"),
     Knob("compileMode", GpuSettings, "compile_mode"),
     Knob("geluEpilogue", GpuSettings, "gelu_epilogue"),
+    Knob("quackMlp", GpuSettings, "quack_mlp"),
     Knob("graphs.enabled", GpuSettings, "graphs"),
     Knob("graphs.maxTokens", GpuSettings, "graph_max_tokens"),
     Knob("graphs.maxSeqs", GpuSettings, "graph_max_seqs"),

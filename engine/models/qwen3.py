@@ -2,8 +2,9 @@
 
 Pre-norm blocks with RMSNorm, per-head RMSNorm on queries and keys, rotary position
 embeddings, grouped-query attention and a SwiGLU MLP. Query, key and value are one fused
-projection (`qkv`, [(Hq + 2 Hkv) D, H]) and gate/up one more (`gate_up`); the loader fuses
-the checkpoint's matrices. `causal` picks causal (the LLM's own mask) or bidirectional
+projection (`qkv`, [(Hq + 2 Hkv) D, H]) and gate/up one more ([gate; up] rows), which sits with
+its SwiGLU in one Sequential (`gate_up`) so a backend may fuse the pair (cuda_linear.py); the
+loader fuses the checkpoint's matrices. `causal` picks causal (the LLM's own mask) or bidirectional
 attention (embedding fine-tunes such as pplx-embed). No KV cache, no padding, no I/O.
 """
 
@@ -46,6 +47,14 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
+class SwiGLU(nn.Module):
+    """silu(gate) * up over a [T, 2I] product whose first I columns are the gate."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -64,7 +73,8 @@ class Qwen3Layer(nn.Module):
         self.k_norm = RMSNorm(d, config.rms_norm_eps)
         self.o_proj = nn.Linear(config.num_heads * d, h, bias=False)
         self.post_norm = RMSNorm(h, config.rms_norm_eps)
-        self.gate_up = nn.Linear(h, 2 * config.intermediate_size, bias=False)
+        self.gate_up = nn.Sequential(nn.Linear(h, 2 * config.intermediate_size, bias=False),
+                                     SwiGLU())
         self.down = nn.Linear(config.intermediate_size, h, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -78,8 +88,7 @@ class Qwen3Layer(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         a = attention(q, k, v, cu_seqlens, max_seqlen, self.causal)
         x = x + self.o_proj(a.reshape(tokens, -1))
-        gate, up = self.gate_up(self.post_norm(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
+        return x + self.down(self.gate_up(self.post_norm(x)))
 
 
 class Qwen3Model(nn.Module):

@@ -30,9 +30,10 @@ print(json.dumps(dict(counters["inductor"])))
 """
 
 
-def test_use_points_inductor_triton_and_fa4_under_the_directory(tmp_path, monkeypatch):
+def test_use_points_inductor_triton_fa4_and_quack_under_the_directory(tmp_path, monkeypatch):
     for name in (compile_cache.INDUCTOR_ENV, compile_cache.TRITON_ENV,
-                 compile_cache.FA4_CACHE_ON_ENV, compile_cache.FA4_CACHE_DIR_ENV):
+                 compile_cache.FA4_CACHE_ON_ENV, compile_cache.FA4_CACHE_DIR_ENV,
+                 compile_cache.QUACK_CACHE_DIR_ENV):
         monkeypatch.delenv(name, raising=False)
     directory = tmp_path / "cache" / "compile"
     compile_cache.use(directory)
@@ -41,6 +42,7 @@ def test_use_points_inductor_triton_and_fa4_under_the_directory(tmp_path, monkey
     assert os.environ[compile_cache.TRITON_ENV] == str(directory / "triton")
     assert os.environ[compile_cache.FA4_CACHE_ON_ENV] == "1"
     assert os.environ[compile_cache.FA4_CACHE_DIR_ENV] == str(directory / "flash-attn-cute")
+    assert os.environ[compile_cache.QUACK_CACHE_DIR_ENV] == str(directory / "quack")
 
 
 def test_a_directory_that_cannot_be_made_is_a_config_error(tmp_path, monkeypatch):

@@ -264,3 +264,14 @@ def test_the_gelu_epilogue_keeps_the_embeddings(model_dir):
     expected = _embed(plain, sequences)
     for _ in range(3):
         assert_same_embeddings(_embed(engine, sequences), expected)
+
+
+def test_quack_mlp_products_keep_the_embeddings(model_dir):
+    # a 700-token batch takes QuACK's SwiGLU product (from 512 tokens), a short one the kernel
+    quack = _engine(model_dir, quack_mlp=True)
+    plain = _engine(model_dir, quack_mlp=False, graphs=False)
+    for lengths in ([700], [37, 5, 80]):
+        sequences = _sequences(lengths, seed=len(lengths))
+        expected = _embed(plain, sequences)
+        for _ in range(2):
+            assert_same_embeddings(_embed(quack, sequences), expected)

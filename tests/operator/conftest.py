@@ -149,6 +149,30 @@ class Cluster:
         response = await self.kmock.delete(path)
         assert response.status == 200, await response.text()
 
+    async def apply_example(self, body: dict) -> tuple[str, str]:
+        """Create an examples/ resource with what the README creates first (its model PVC, its
+        API-key Secret); returns its namespace and name."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        body["metadata"].update(uid=f"uid-{name}", generation=1, resourceVersion="1")
+        claim = body["spec"]["model"].get("persistentVolumeClaim")
+        if claim:
+            await self.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim["claimName"], "namespace": namespace,
+                             "resourceVersion": "1"},
+                "spec": {"accessModes": ["ReadOnlyMany"],
+                         "resources": {"requests": {"storage": "20Gi"}}}})
+        keys = body["spec"]["gateway"].get("apiKeySecret")
+        if keys:
+            await self.post(f"/api/v1/namespaces/{namespace}/secrets", {
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": keys["name"], "namespace": namespace,
+                             "resourceVersion": "1"},
+                "data": {keys.get("key", "api-keys"): "a2V5Cg=="}})
+        await self.post(f"/apis/hedgerow.dev/v1alpha1/namespaces/{namespace}/embeddingservices",
+                        body)
+        return namespace, name
+
 
 def child_path(api_version: str, plural: str, name: str) -> str:
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"

@@ -164,18 +164,7 @@ async def _children(cluster, namespace, name):
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 async def test_examples_get_policies_that_select_their_pods(cluster, path):
     body = yaml.safe_load(path.read_text())
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    body["metadata"].update(uid=f"uid-{name}", generation=1, resourceVersion="1")
-    claim = body["spec"]["model"].get("persistentVolumeClaim")
-    if claim:
-        await cluster.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim["claimName"], "namespace": namespace,
-                         "resourceVersion": "1"},
-            "spec": {"accessModes": ["ReadOnlyMany"],
-                     "resources": {"requests": {"storage": "20Gi"}}}})
-    await cluster.post(f"/apis/hedgerow.dev/v1alpha1/namespaces/{namespace}/embeddingservices",
-                       body)
+    namespace, name = await cluster.apply_example(body)
     children = await cluster.eventually(lambda: _children(cluster, namespace, name),
                                         f"the Deployments and NetworkPolicies of {path.name}")
     for obj in children.values():

@@ -452,24 +452,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yam
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 async def test_examples_reconcile_into_valid_children(cluster, path):
     body = yaml.safe_load(path.read_text())
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    body["metadata"].update(uid=f"uid-{name}", generation=1, resourceVersion="1")
-    claim = body["spec"]["model"].get("persistentVolumeClaim")
-    if claim:
-        await cluster.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim["claimName"], "namespace": namespace,
-                         "resourceVersion": "1"},
-            "spec": {"accessModes": ["ReadOnlyMany"],
-                     "resources": {"requests": {"storage": "20Gi"}}}})
-    keys = body["spec"]["gateway"].get("apiKeySecret")
-    if keys:  # as the README creates it
-        await cluster.post(f"/api/v1/namespaces/{namespace}/secrets", {
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": keys["name"], "namespace": namespace, "resourceVersion": "1"},
-            "data": {keys.get("key", "api-keys"): "a2V5Cg=="}})
-    await cluster.post(f"/apis/hedgerow.dev/v1alpha1/namespaces/{namespace}/embeddingservices",
-                       body)
+    namespace, name = await cluster.apply_example(body)
     wanted = [("v1", "configmaps", f"{name}-server"), ("v1", "configmaps", f"{name}-gateway"),
               ("v1", "services", f"{name}-server"), ("v1", "services", name),
               ("apps/v1", "deployments", f"{name}-server"),

@@ -1,0 +1,147 @@
+"""The MLP's products with their epilogues, as the engine runs them against QuACK's fused GEMMs.
+
+    python -P benchmarks/gemm_gpu.py [--out DIR] [--tokens 128,512,...]
+
+Runs on a CUDA machine with `quack-kernels`; the numbers in docs/benchmarks.md are one H200.
+Per token count M, bf16, random weights of the real shapes, µs per call as the median of
+CUDA-graph replays (each side warmed, and so compiled, before capture):
+
+- Qwen3-0.6B's gate/up product and SwiGLU (K 1,024, N 2 × 3,072): what the compiled engine
+  runs (cuBLAS writes [M, 6,144], an Inductor kernel reads it back for `silu(gate) * up`)
+  against QuACK's `gemm_act(..., activation="swiglu")`, which applies the gate in the product's
+  epilogue and writes only [M, 3,072]. QuACK's gated epilogue pairs neighbouring columns, so its
+  weight rows are gate and up interleaved (done once, at load, by whoever adopts it).
+- BGE-M3's up product and GELU (K 1,024, N 4,096, with bias): the engine's cuBLASLt epilogue
+  (`torch._addmm_activation(use_gelu=True)`, tanh GELU) against QuACK's
+  `gemm_act(activation="gelu_tanh_approx")`.
+- The plain products of both shapes (QKV, output, down) through cuBLAS and QuACK's `gemm`.
+
+Each QuACK result is checked against the plain-torch formula first (max |difference| printed).
+Also printed: the first call's time (QuACK compiles a kernel per configuration). Writes
+OUT/gemm_gpu.json and prints a table last.
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+
+def graph_time_us(fn, reps: int = 20) -> float:
+    """Median microseconds of one call of `fn`, timed as CUDA-graph replays of 10 calls."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / 10)
+    return statistics.median(times)
+
+
+def first_call_s(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def interleave_rows(weight: torch.Tensor) -> torch.Tensor:
+    """[gate; up] rows -> gate 0, up 0, gate 1, up 1, ... (QuACK's gated column pairs)."""
+    half = weight.shape[0] // 2
+    return torch.stack((weight[:half], weight[half:]), dim=1).reshape_as(weight).contiguous()
+
+
+def cells(tokens: list[int], tuned: bool):
+    from quack.gemm_interface import gemm, gemm_act
+
+    def swiglu_engine(x, w):
+        gate, up = F.linear(x, w).chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    swiglu_compiled = torch.compile(swiglu_engine, dynamic=False)
+    rows = []
+    dev = "cuda"
+    for m in tokens:
+        torch.manual_seed(m)
+        x = torch.randn(m, 1024, device=dev, dtype=torch.bfloat16)
+        # Qwen3-0.6B gate/up + SwiGLU
+        w = torch.randn(6144, 1024, device=dev, dtype=torch.bfloat16) * 0.03
+        wi = interleave_rows(w)
+        ref = swiglu_engine(x.float(), w.float())
+
+        def q_swiglu():
+            return gemm_act(x, wi.t(), activation="swiglu", store_preact=False,
+                            tuned=tuned)[1]
+        first = first_call_s(q_swiglu)
+        diff = (q_swiglu().float() - ref).abs().max().item()
+        rows.append(dict(M=m, op="qwen3 gate_up+swiglu", engine=graph_time_us(
+            lambda: swiglu_compiled(x, w)), quack=graph_time_us(q_swiglu), first_s=first,
+            max_diff=diff, engine_diff=(swiglu_compiled(x, w).float() - ref).abs().max().item()))
+        # BGE-M3 up + GELU (bias)
+        w = torch.randn(4096, 1024, device=dev, dtype=torch.bfloat16) * 0.03
+        b = torch.randn(4096, device=dev, dtype=torch.bfloat16) * 0.1
+        ref = F.gelu(F.linear(x.float(), w.float(), b.float()), approximate="tanh")
+
+        def q_gelu():
+            return gemm_act(x, w.t(), bias=b, activation="gelu_tanh_approx",
+                            store_preact=False, tuned=tuned)[1]
+        first = first_call_s(q_gelu)
+        diff = (q_gelu().float() - ref).abs().max().item()
+        lt = lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)  # noqa: E731
+        rows.append(dict(M=m, op="bge-m3 up+gelu", engine=graph_time_us(lt),
+                         quack=graph_time_us(q_gelu), first_s=first, max_diff=diff,
+                         engine_diff=(lt().float() - ref).abs().max().item()))
+        # plain products: (name, N, K)
+        for name, n, k in (("bge-m3 qkv", 3072, 1024), ("bge-m3 down", 1024, 4096),
+                           ("qwen3 qkv", 4096, 1024), ("qwen3 o", 1024, 2048),
+                           ("qwen3 down", 1024, 3072)):
+            a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.03
+            ref = F.linear(a.float(), w.float())
+
+            def q_plain(a=a, w=w):
+                return gemm(a, w.t(), tuned=tuned)
+            first = first_call_s(q_plain)
+            rows.append(dict(M=m, op=name, engine=graph_time_us(lambda: F.linear(a, w)),
+                             quack=graph_time_us(q_plain), first_s=first,
+                             max_diff=(q_plain().float() - ref).abs().max().item(),
+                             engine_diff=(F.linear(a, w).float() - ref).abs().max().item()))
+        print(f"M={m} done", flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmark-out"))
+    parser.add_argument("--tokens", default="128,512,1024,2048,4096,8192")
+    parser.add_argument("--tuned", action="store_true",
+                        help="let QuACK autotune each shape (slow first calls)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = cells([int(t) for t in args.tokens.split(",")], args.tuned)
+    (args.out / "gemm_gpu.json").write_text(json.dumps(rows, indent=1))
+    print(f"\n{'op':24} {'M':>6} {'engine µs':>10} {'QuACK µs':>9} {'speed-up':>8} "
+          f"{'first s':>8} {'|d| quack':>9} {'|d| eng':>8}")
+    for r in rows:
+        print(f"{r['op']:24} {r['M']:>6} {r['engine']:>10.1f} {r['quack']:>9.1f} "
+              f"{r['engine'] / r['quack']:>7.2f}x {r['first_s']:>8.2f} {r['max_diff']:>9.4f} "
+              f"{r['engine_diff']:>8.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
