@@ -16,7 +16,7 @@ import numpy as np
 from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import ModelNotFoundError, RequestError
 from hedgerow.gateway.metrics import GatewayMetrics
-from hedgerow.gateway.model_card import ModelCard, refine_with_info
+from hedgerow.gateway.model_card import ModelCard, refine_with_info, truncation_problem
 from hedgerow.gateway.request_context import current
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.schema import Inputs, check_token_range, parse_inputs
@@ -83,6 +83,8 @@ class EmbeddingService:
         return templates[prompt_name]
 
     def check_dimensions(self, dimensions: int | None) -> None:
+        """`dimensions` is within the width and, below it, allowed for this model (see
+        gateway/model_card.py, `truncation_problem`)."""
         if dimensions is None:
             return
         width = self.card.dimensions
@@ -90,6 +92,10 @@ class EmbeddingService:
             limit = f"between 1 and {width}" if width else "at least 1"
             raise RequestError(f"dimensions is {dimensions}; it must be {limit}",
                                param="dimensions", code="invalid_value")
+        problem = truncation_problem(self.card, dimensions,
+                                     self.settings.allow_truncated_dimensions)
+        if problem is not None:
+            raise RequestError(problem, param="dimensions", code="dimensions_not_supported")
 
     def chunk_budget(self) -> int:
         """Tokens one chunk may carry: --chunk-tokens, capped by the server's per-request limit."""

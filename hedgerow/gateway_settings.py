@@ -60,6 +60,14 @@ class GatewaySettings:
         "OpenAI's tiktoken, whose ids name other tokens in this model's vocabulary and would "
         "embed as other words.",
     )
+    allow_truncated_dimensions: bool = setting(
+        False,
+        "Accept `dimensions` (Cohere's `output_dimension`) below the width for any model. Off, "
+        "only a model that declares Matryoshka training (`matryoshka_dimensions` or "
+        "`is_matryoshka` in its config.json or config_sentence_transformers.json) may be "
+        "truncated, to a width it lists; others get 400: the leading dimensions of a model "
+        "not trained for it are a poor embedding.",
+    )
     chunk_tokens: int = setting(
         2048,
         "Token budget of one chunk sent to one server. Smaller balances better across "

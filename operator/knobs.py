@@ -68,6 +68,7 @@ GATEWAY = (
     Knob("templates.document", GatewaySettings, "document_template"),
     Knob("modelAliases", GatewaySettings, "served_model_aliases"),
     Knob("acceptTokenIds", GatewaySettings, "accept_token_ids"),
+    Knob("allowTruncatedDimensions", GatewaySettings, "allow_truncated_dimensions"),
     Knob("accessLogSample", GatewaySettings, "access_log_sample"),
     Knob("logFormat", GatewaySettings, "log_format"),
 )

@@ -110,8 +110,11 @@ def test_the_openai_client_works_in_float_and_base64(stack, reference):
     default = client.embeddings.create(model=MODEL, input="Roses are red")
     assert cosines([default.data[0].embedding], expected[:1])[0] >= 0.999
     assert [m.id for m in client.models.list().data] == [MODEL]
-    short = client.embeddings.create(model=MODEL, input="Roses are red", dimensions=64)
-    assert len(short.data[0].embedding) == 64
+    # all-MiniLM-L6-v2 was not trained for Matryoshka truncation: refused, the flag named.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model=MODEL, input="Roses are red", dimensions=64)
+    assert refused.value.code == "dimensions_not_supported"
+    assert "--allow-truncated-dimensions" in refused.value.message
 
 
 def test_base64_is_little_endian_float32(stack):

@@ -168,7 +168,7 @@ def test_the_clients_deadline_becomes_the_grpc_deadline(standins, gateway_factor
 
 
 def test_dimensions_and_base64_reach_the_response(standins, gateway_factory):
-    client = gateway_factory()
+    client = gateway_factory(allow_truncated_dimensions=True)
     answer = client.post("/v1/embeddings", json={
         "model": MODEL, "input": ["one", "two"], "dimensions": 8, "encoding_format": "base64"})
     assert answer.status_code == 200
