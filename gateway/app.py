@@ -25,6 +25,7 @@ import urllib.parse
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
+from hedgerow import tracing as hedgerow_tracing
 from hedgerow.gateway import cohere, openapi, tei
 from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.auth import ApiKeys
@@ -55,6 +56,7 @@ from hedgerow.gateway.schema import (
 from hedgerow.gateway.service import Embedded, EmbeddingService
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gateway.tokenizer import TextTokenizer
+from hedgerow.gateway.traced_calls import TracedCalls
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway")
@@ -83,10 +85,13 @@ def _seconds(raw: str | None) -> float | None:
 
 
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,
-               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> GatewayApp:
+               api_keys: ApiKeys, metrics: GatewayMetrics | None = None,
+               tracing: hedgerow_tracing.Tracing | None = None) -> GatewayApp:
     """The gateway's FastAPI app; its lifespan starts and stops discovery and health
-    watching. `app.state` holds the service, the replicas and the metrics."""
+    watching. `app.state` holds the service, the replicas and the metrics. `tracing`
+    replaces the tracing --otlp-endpoint sets up (a test's in-memory exporter)."""
     metrics = metrics or GatewayMetrics(card.name)
+    traces = tracing or hedgerow_tracing.setup("gateway", settings.otlp_endpoint)
     # `service` is bound below, before the lifespan starts the watchers that call this.
     replicas = ReplicaSet(
         servers=settings.servers, service_dns=settings.service_dns,
@@ -95,6 +100,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         on_status=lambda replica: metrics.ready_replicas.set(len(replicas.ready())),
         on_removed=metrics.forget_replica,
         tls=settings.tls_files(), tls_server_name=settings.tls_server_name,
+        interceptors=(TracedCalls(traces),) if traces else (),
     )
     router = Router(replicas, metrics, settings.max_queue_seconds)
     service = EmbeddingService(settings, card, tokenizer, router, metrics)
@@ -111,12 +117,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         yield
         await replicas.close()
         tokenizer.close()
+        if traces is not None:
+            traces.close()
 
     app = GatewayApp(title="Hedgerow gateway", version=openapi.VERSION,
                   description=openapi.DESCRIPTION, lifespan=lifespan,
                   docs_url="/docs" if settings.docs else None, redoc_url=None)
     app.state.service, app.state.replicas, app.state.metrics = service, replicas, metrics
-    routes = Routes(app, metrics.observe_request, AccessLog(settings.access_log_sample))
+    routes = Routes(app, metrics.observe_request, AccessLog(settings.access_log_sample), traces)
 
     def deadline(request: Request) -> float:
         """The request's deadline on the loop's clock: our timeout, shortened by the client's.

@@ -33,7 +33,10 @@ from hedgerow.gateway import http_errors
 from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.errors import RequestError, StoppingError
 from hedgerow.gateway.http_errors import Style
-from hedgerow.gateway.request_context import CURRENT, REQUEST_ID_HEADER, RequestContext, request_id
+from hedgerow.gateway.request_context import (
+    CURRENT, REQUEST_ID_HEADER, RequestContext, current, request_id,
+)
+from hedgerow.tracing import REQUEST_ID_ATTRIBUTE, Tracing
 from hedgerow.gateway.uvicorn_server import CLIENT_CLOSED_REQUEST, GONE_KEY, TASK_KEY
 from hedgerow.logs import fields
 
@@ -161,10 +164,11 @@ class _RawRoute(APIRoute):
 class Routes:
     """Registers handlers on `app`, each guarded as the module docstring says."""
 
-    def __init__(self, app: GatewayApp, observe: Observe, access_log: AccessLog | None = None
-                 ) -> None:
+    def __init__(self, app: GatewayApp, observe: Observe, access_log: AccessLog | None = None,
+                 tracing: Tracing | None = None) -> None:
         self._app = app
         self._observe = observe
+        self._tracing = tracing
         self._access_log = access_log or AccessLog(0.0)
         self._styles: dict[str, Style] = {}  # route -> the error shape it answers in
         app.add_exception_handler(HTTPException, self._unrouted)
@@ -190,13 +194,16 @@ class Routes:
         return register
 
     def _guarded(self, handler: Handler, method: str, route: str, style: Style) -> Handler:
-        observe, access_log = self._observe, self._access_log
+        observe, access_log, tracing = self._observe, self._access_log, self._tracing
+        if tracing is not None:
+            handler = _traced(handler, tracing, method, route)
 
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             scope = request.scope
             scope[TASK_KEY] = asyncio.current_task()
-            context = RequestContext(request_id(request.headers.get(REQUEST_ID_HEADER)), started)
+            context = RequestContext(request_id(request.headers.get(REQUEST_ID_HEADER)), started,
+                                     tracing)
             CURRENT.set(context)  # the request's own task: no other request sees it
             try:
                 response = await handler(request)
@@ -250,6 +257,25 @@ class Routes:
         self._observe("unmatched", status, 0.0)
         rid = request_id(request.headers.get(REQUEST_ID_HEADER))
         return Response(body, status, headers=(*headers, _id_header(rid)))
+
+
+def _traced(handler: Handler, tracing: Tracing, method: str, route: str) -> Handler:
+    """`handler` inside the request's span (the root of its trace in this gateway; a child of
+    the client's when it sent a `traceparent`), named and labelled by the route and the id."""
+
+    async def traced(request: Request) -> Response:
+        parent = tracing.remote_parent(
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in request.scope["headers"] if name in (b"traceparent",
+                                                                     b"tracestate"))
+        with tracing.span(f"{method} {route}", kind=tracing.kind.SERVER, parent=parent,
+                          attributes={"http.request.method": method, "http.route": route,
+                                      REQUEST_ID_ATTRIBUTE: current().request_id}) as span:
+            response = await handler(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    return traced
 
 
 def _id_header(rid: str) -> tuple[bytes, bytes]:

@@ -3,7 +3,8 @@
 Owns the request id rule (a client's `X-Request-Id` is kept when it is 1 to 128 visible ASCII
 characters, else the gateway makes one: 32 hex digits of a random UUID), the timing headers
 TEI answers (`x-total-time`, `x-tokenization-time`, `x-queue-time`, `x-inference-time`, whole
-milliseconds) and the gRPC metadata that takes the id to the servers. The route guard
+milliseconds) and the gRPC metadata that takes the id to the servers; with tracing on, it
+also holds the tracer the request's child spans come from. The route guard
 (gateway/http.py) starts a `RequestContext` for every request; the tokenizer step and the
 router add to the current one without it being passed through every call (each request runs
 in a task of its own, and the tasks of its chunks inherit its context). Knows nothing about
@@ -13,8 +14,10 @@ HTTP frameworks, routing or gRPC channels.
 import contextvars
 import dataclasses
 import re
+import contextlib
 import time
 import uuid
+from typing import Any
 
 REQUEST_ID_HEADER = "x-request-id"
 MAX_REQUEST_ID = 128
@@ -35,6 +38,7 @@ class RequestContext:
 
     request_id: str
     started: float  # time.perf_counter() when the route began
+    tracing: Any = None  # the gateway's hedgerow.tracing.Tracing, when tracing is on
     tokenize_s: float = 0.0  # summed over its tokenizer calls
     # Of the chunk answered last (the one the answer waited for), from the server's Timing.
     queue_s: float = 0.0
@@ -43,6 +47,10 @@ class RequestContext:
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """The gRPC metadata of every call made for this request."""
         return ((REQUEST_ID_HEADER, self.request_id),)
+
+    def span(self, name: str):
+        """A child span of the request's, when tracing is on (a context manager either way)."""
+        return self.tracing.span(name) if self.tracing is not None else contextlib.nullcontext()
 
     def server_timing(self, timing) -> None:
         """A chunk was answered: its server's Timing (embed_pb2.Timing) is now the request's

@@ -8,6 +8,7 @@ chunks and have the router embed them. Also owns the served model's card, which 
 server's Info refines. Knows nothing about HTTP: routes convert JSON to calls and back.
 """
 
+import contextlib
 import dataclasses
 import time
 
@@ -112,11 +113,12 @@ class EmbeddingService:
         started = time.perf_counter()
         if truncate is None:
             truncate = self.settings.truncate
-        sequences = await self.tokenizer.encode(texts, template=template, max_tokens=max_tokens,
-                                                truncate=truncate)
+        context = current()
+        with context.span("tokenize") if context is not None else contextlib.nullcontext():
+            sequences = await self.tokenizer.encode(texts, template=template,
+                                                    max_tokens=max_tokens, truncate=truncate)
         elapsed = time.perf_counter() - started
         self.metrics.tokenize_seconds.observe(elapsed)
-        context = current()
         if context is not None:
             context.tokenize_s += elapsed
         empty = next((i for i, n in enumerate(sequences.lengths) if n == 0), None)

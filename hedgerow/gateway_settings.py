@@ -10,7 +10,7 @@ gateway pods' environment from these same definitions.
 import dataclasses
 from pathlib import Path
 
-from hedgerow import tls
+from hedgerow import tls, tracing
 from hedgerow.errors import ConfigError
 from hedgerow.logs import LOG_LEVELS, format_setting
 from hedgerow.settings import setting
@@ -189,6 +189,7 @@ class GatewaySettings:
         "Unset: the host of each address.",
         pattern=r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?", pattern_help="a DNS name",
     )
+    otlp_endpoint: str | None = tracing.endpoint_setting("gateway")
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
     log_format: str = format_setting()
 

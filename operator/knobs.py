@@ -57,6 +57,7 @@ SERVER = (
     Knob("graphs.hotSet", GpuSettings, "graph_hot_set", shapes=True),
     Knob("graphs.memoryLimitMiB", GpuSettings, "graph_memory_limit_mib"),
     Knob("logFormat", ServerSettings, "log_format"),
+    Knob("otlpEndpoint", ServerSettings, "otlp_endpoint"),
 )
 
 GATEWAY = (
@@ -71,6 +72,7 @@ GATEWAY = (
     Knob("allowTruncatedDimensions", GatewaySettings, "allow_truncated_dimensions"),
     Knob("accessLogSample", GatewaySettings, "access_log_sample"),
     Knob("logFormat", GatewaySettings, "log_format"),
+    Knob("otlpEndpoint", GatewaySettings, "otlp_endpoint"),
 )
 
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}

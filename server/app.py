@@ -32,6 +32,7 @@ from grpc_reflection.v1alpha import reflection
 from hedgerow.addresses import check_can_listen, host_port
 from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError, HedgerowError
+from hedgerow import tracing
 from hedgerow.golden_set import GoldenSet
 from hedgerow.logs import fields
 from hedgerow.server import affinity, golden_check, space
@@ -159,7 +160,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
         log.info("%s", fields(event="server.cpus", io=sorted(cpus.io),
                               engine=sorted(cpus.engine)))
     server = grpc.aio.server(options=grpc_options(settings))
-    add_to_server(EmbedderService(state), server)
+    traces = tracing.setup("server", settings.otlp_endpoint)
+    add_to_server(EmbedderService(state, traces), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(REFLECTED_SERVICES, server)
     address = host_port(settings.host, settings.port)
@@ -207,6 +209,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     finally:
         http.close()
         await http.wait_closed()
+        if traces is not None:
+            traces.close()
 
 
 async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any],

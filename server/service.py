@@ -27,6 +27,7 @@ from hedgerow.errors import (
     HedgerowError, InvalidInputError, NotReadyError, OverloadedError,
 )
 from hedgerow.logs import fields
+from hedgerow.tracing import REQUEST_ID_ATTRIBUTE, Tracing
 from hedgerow.engine.batch import check_tokens
 from hedgerow.server import metrics as m
 from hedgerow.server.convert import (
@@ -110,8 +111,9 @@ def _decoded(request):
 
 
 class EmbedderService(embed_pb2_grpc.EmbedderServicer):
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, tracing: Tracing | None = None) -> None:
         self._state = state
+        self._tracing = tracing
         # Decided once: the per-request DEBUG line costs nothing unless it is on.
         self._debug = log.isEnabledFor(logging.DEBUG)
 
@@ -151,6 +153,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         rows, queue_us, inference_us = await self._rows(loop, batch, context, start)
         if self._debug:
             self._log_done(context, "Embed", batch, queue_us, inference_us)
+        if self._tracing is not None:
+            self._trace(context, "Embed", start, queue_us, inference_us)
         return encode_embeddings(rows, options, batch.num_tokens, self._state.space_field,
                                  timing_field(queue_us, inference_us))
 
@@ -165,6 +169,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
                                                               engine.info.device)
         if self._debug:
             self._log_done(context, "Score", query.batch, queue_us, inference_us)
+        if self._tracing is not None:
+            self._trace(context, "Score", start, queue_us, inference_us)
         return encode_scores(indices, scores, query.batch.num_tokens,
                              self._state.space.fingerprint, queue_us, inference_us)
 
@@ -186,6 +192,22 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         batched = pending.batched if pending.batched is not None else pending.arrival
         return (rows, int((batched - pending.arrival) * 1e6),
                 int((time.monotonic() - batched) * 1e6))
+
+    def _trace(self, context: grpc.aio.ServicerContext, method: str, start: float,
+               queue_us: int, inference_us: int) -> None:
+        """The call's spans, under the caller's `traceparent`: the call, and inside it the
+        queue wait and the step (batched until its rows were back), recorded after the fact
+        from the times the request measured."""
+        tracing, end = self._tracing, time.monotonic()
+        metadata = context.invocation_metadata() or ()
+        batched = end - inference_us / 1e6
+        call = tracing.finished_span(
+            f"server {method}", tracing.remote_parent(metadata), start, end,
+            kind=tracing.kind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.method": method,
+                        REQUEST_ID_ATTRIBUTE: request_id(context)})
+        tracing.finished_span("queue", call, batched - queue_us / 1e6, batched)
+        tracing.finished_span("step", call, batched, end)
 
     @staticmethod
     def _log_done(context: grpc.aio.ServicerContext, method: str, batch: WireBatch,
