@@ -76,13 +76,15 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def graph_time_us(fn, reps: int = 20) -> float:
-    """Median microseconds of one call of `fn`, timed as CUDA-graph replays."""
+def graph_time_us(fn, reps: int = 20, calls: int = 1) -> float:
+    """Median microseconds of one call of `fn`, timed as CUDA-graph replays of `calls` calls
+    (more than one spreads a replay's launch over short kernels)."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for _ in range(calls):
+            fn()
     for _ in range(3):
         graph.replay()
     times = []
@@ -92,7 +94,7 @@ def graph_time_us(fn, reps: int = 20) -> float:
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
+        times.append(start.elapsed_time(end) * 1e3 / calls)
     del graph
     return statistics.median(times)
 

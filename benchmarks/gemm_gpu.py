@@ -23,33 +23,18 @@ OUT/gemm_gpu.json and prints a table last.
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from hedgerow.bench import engine_gpu
+from hedgerow.engine.cuda_linear import interleave_rows
 
-def graph_time_us(fn, reps: int = 20) -> float:
-    """Median microseconds of one call of `fn`, timed as CUDA-graph replays of 10 calls."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / 10)
-    return statistics.median(times)
+
+def graph_time_us(fn) -> float:
+    return engine_gpu.graph_time_us(fn, calls=10)
 
 
 def first_call_s(fn) -> float:
@@ -57,12 +42,6 @@ def first_call_s(fn) -> float:
     fn()
     torch.cuda.synchronize()
     return time.perf_counter() - start
-
-
-def interleave_rows(weight: torch.Tensor) -> torch.Tensor:
-    """[gate; up] rows -> gate 0, up 0, gate 1, up 1, ... (QuACK's gated column pairs)."""
-    half = weight.shape[0] // 2
-    return torch.stack((weight[:half], weight[half:]), dim=1).reshape_as(weight).contiguous()
 
 
 def cells(tokens: list[int], tuned: bool):

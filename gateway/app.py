@@ -102,7 +102,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         tls=settings.tls_files(), tls_server_name=settings.tls_server_name,
         interceptors=(TracedCalls(traces),) if traces else (),
     )
-    router = Router(replicas, metrics, settings.max_queue_seconds)
+    router = Router(replicas, metrics, settings.max_queue_seconds,
+                    eject_after=settings.eject_after_failures)
     service = EmbeddingService(settings, card, tokenizer, router, metrics)
     reranker = Reranker(service)
 

@@ -5,8 +5,9 @@ gRPC channel per server (plaintext, or mutual TLS with the gateway's --tls-* fil
 health watcher per server: it follows the standard `grpc.health.v1` Watch stream (polling
 Check when a server does not implement Watch), fetches the server's Info each time it turns
 SERVING (again every interval until it answers), and only then counts the server as ready. A
-server whose call just failed is suspected: it leaves traffic until its health is confirmed
-again. Also owns each server's in-flight token count, which the router reads. Knows nothing
+server the router suspects (at once when it is gone, after --eject-after-failures failed calls
+in a row when it answers errors) leaves traffic until its health is confirmed again. Also owns
+each server's in-flight token count and failure count, which the router keeps. Knows nothing
 about HTTP, chunks or tokenizers.
 """
 
@@ -83,6 +84,8 @@ class Replica:
         self.last_chosen = 0  # router's pick counter, for round-robin among equals
         self.removed = False  # left discovery (its channel is closing)
         self.busy_until = 0.0  # time.monotonic() until which the router leaves it alone
+        self.failures = 0  # calls failed in a row (replica-side errors), kept by the router
+        self.failed_at = 0.0  # time.monotonic() of the last of them
         self._serving = False
         self._on_info, self._on_status = on_info, on_status
         self._retry_interval = retry_interval

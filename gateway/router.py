@@ -6,10 +6,19 @@ the others, to the ready replica with the fewest in-flight tokens (ties go to th
 longest ago) among those with room under their admission bound, waiting for room when none has
 it; a chunk whose replica fails with UNAVAILABLE (or whose connection broke) or CANCELLED (the
 server stopped before it answered: this gateway's own cancellations raise asyncio.CancelledError
-instead) is retried once on another replica; a RESOURCE_EXHAUSTED answer pauses that replica
-briefly and the chunk waits for room again (up to four times, then 429); every call carries the
+instead), or with a replica-side error (INTERNAL, UNKNOWN, DATA_LOSS: its engine failed, say),
+is retried once on another replica within the request's deadline; a request's own error
+(INVALID_ARGUMENT) is never retried; a RESOURCE_EXHAUSTED answer pauses that replica briefly
+and the chunk waits for room again (up to four times, then 429); every call carries the
 request's remaining time as its gRPC deadline. gRPC failures become the gateway's errors here
 and nowhere else.
+
+Outlier ejection, as Envoy's consecutive-5xx: a replica gone (UNAVAILABLE, CANCELLED) leaves
+traffic at once; one answering replica-side errors leaves after `eject_after`
+(--eject-after-failures) of them in a row (a successful answer resets the count), never when it
+is the last ready one; either comes back once its health says SERVING and its Info answers
+(gateway/replicas.py). A replica that fails fast holds few tokens, so for FAILED_RECENTLY_S
+after a failure least-loaded choice takes it only when no other replica has room.
 
 No answer mixes two embedding spaces. Every server names the space of its vectors (its Info's
 and each answer's `space`, a fingerprint); during a rollout two may serve at once. A request of
@@ -51,13 +60,18 @@ from hedgerow.wire import embed_pb2
 
 log = logging.getLogger("hedgerow.gateway.router")
 
-# Retries (UNAVAILABLE: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe: Embed and
-# Score are pure functions of their input, so a chunk may be sent twice.
+# Retries (UNAVAILABLE, INTERNAL: once elsewhere; RESOURCE_EXHAUSTED: after a pause) are safe:
+# Embed and Score are pure functions of their input, so a chunk may be sent twice.
 NO_REPLICA_MESSAGE = "no embedding server is ready; retry shortly"
 ROOM_RECHECK_S = 0.5
 # Codes that say the server did not take the chunk: it is down, going, or stopped before it
 # answered. The chunk is safe to send elsewhere (an embedding is the same wherever computed).
 GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# Codes that say the server took the chunk and failed it for its own reasons (a failed engine, a
+# bug): safe to send elsewhere too; counted towards the server's ejection.
+REPLICA_FAILED = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS)
+# How long after a failed call a replica comes after every other one with room.
+FAILED_RECENTLY_S = 2.0
 # After each RESOURCE_EXHAUSTED answer, the replica is left alone this long; one more such
 # answer for a chunk than there are pauses becomes a 429.
 BUSY_PAUSES_S = (0.05, 0.1, 0.2, 0.4)
@@ -77,13 +91,16 @@ def in_space(replicas: Sequence[Replica], space: str | None) -> list[Replica]:
 def least_loaded(replicas: Sequence[Replica], exclude: Sequence[Replica] = (),
                  tokens: int = 0) -> Replica | None:
     """The ready replica with the fewest in-flight tokens, not in `exclude`, with room for
-    `tokens` more; ties go to the one chosen longest ago, so equal replicas take turns. None
-    when there is none."""
+    `tokens` more; one that failed a call in the last FAILED_RECENTLY_S comes after the rest
+    (failing fast, it holds few tokens); ties go to the one chosen longest ago, so equal
+    replicas take turns. None when there is none."""
     candidates = [r for r in replicas if r.ready and all(r is not e for e in exclude)
                   and has_room(r, tokens)]
     if not candidates:
         return None
-    return min(candidates, key=lambda r: (r.in_flight_tokens, r.last_chosen))
+    recent = time.monotonic() - FAILED_RECENTLY_S
+    return min(candidates, key=lambda r: (r.failures > 0 and r.failed_at > recent,
+                                          r.in_flight_tokens, r.last_chosen))
 
 
 def has_room(replica: Replica, tokens: int) -> bool:
@@ -137,9 +154,11 @@ class ReplicaSource(Protocol):
 
 class Router:
     def __init__(self, replicas: ReplicaSource, metrics: GatewayMetrics,
-                 max_queue_seconds: float = 0.0) -> None:
+                 max_queue_seconds: float = 0.0, eject_after: int = 3) -> None:
+        """`eject_after`: replica-side failures in a row that eject a replica (0: never)."""
         self._replicas = replicas
         self._metrics = metrics
+        self._eject_after = eject_after
         self._max_queue_s = max_queue_seconds
         self._picks = itertools.count(1)
         self._changed = asyncio.Event()  # set (and replaced) when tokens go or the queue moves
@@ -413,8 +432,11 @@ class Router:
                 code = error.code()
                 self._count_chunk(replica, code.name)
                 retry = False
-                if code in GONE:
-                    replica.suspect(error.details() or code.name)
+                if code in GONE or code in REPLICA_FAILED:
+                    if code in GONE:
+                        replica.suspect(error.details() or code.name)
+                    else:
+                        self._failed(replica, f"{code.name} {error.details() or ''}".strip())
                     unavailable.append(replica)
                     ready = self._replicas.ready()
                     retry = len(unavailable) == 1 and least_loaded(
@@ -449,9 +471,23 @@ class Router:
                 unavailable.append(replica)
                 continue
             self._count_chunk(replica, "OK")
+            replica.failures = 0
             if context is not None:
                 context.server_timing(response.timing)
             return response
+
+    def _failed(self, replica: Replica, reason: str) -> None:
+        """Count a replica-side failure; eject the replica after `eject_after` in a row,
+        unless no other replica is ready."""
+        replica.failures += 1
+        replica.failed_at = time.monotonic()
+        if not self._eject_after or replica.failures < self._eject_after:
+            return
+        if any(r is not replica for r in self._replicas.ready()):
+            log.warning("%s", fields(event="replica.ejected", replica=replica.address,
+                                     failures=replica.failures, reason=reason[:200]))
+            replica.failures = 0
+            replica.suspect(f"ejected after {self._eject_after} failures in a row: {reason}")
 
     @staticmethod
     def _translate(error: grpc.aio.AioRpcError, replica: Replica) -> Exception:

@@ -126,6 +126,15 @@ class GatewaySettings:
         unit="seconds",
         minimum=0.05,
     )
+    eject_after_failures: int = setting(
+        3,
+        "Outlier ejection: a server whose calls failed this many times in a row (INTERNAL, "
+        "UNKNOWN or DATA_LOSS; each such chunk is retried on another server) leaves traffic "
+        "until its health says SERVING again and its Info answers, as Envoy's "
+        "consecutive-5xx ejection. Lower ejects a failing server sooner, at the cost of "
+        "ejecting one for a few unlucky errors. Never ejects the last ready server. 0: never.",
+        unit="failures", minimum=0, maximum=1000,
+    )
     tokenizer_threads: int = setting(
         2, "Threads that tokenize, off the event loop (per worker).", unit="threads",
         minimum=1

@@ -39,7 +39,7 @@ class ServerSettings:
         minimum=1, maximum=65535,
     )
     http_port: int = setting(
-        9090, "HTTP port for /metrics, /warmup and /readyz.", unit="TCP port", minimum=1,
+        9090, "HTTP port for /metrics, /warmup, /readyz and /livez.", unit="TCP port", minimum=1,
         maximum=65535,
     )
     device: str = setting(
@@ -114,6 +114,23 @@ class ServerSettings:
         "engine step under way still completes). Keep it below the pod's "
         "terminationGracePeriodSeconds.",
         unit="seconds", minimum=0,
+    )
+    probe_interval: float = setting(
+        30.0,
+        "How often an idle server steps its probe batch (two tiny sequences of fixed token "
+        "ids) and compares the rows with those taken before it served: an error, or a cosine "
+        "below --probe-min-cosine, fails the engine (health NOT_SERVING, /livez 503). A busy "
+        "server's own steps show a device that raises; this catches one that answers wrong "
+        "numbers. Costs one tiny step per interval. 0 turns the periodic probe off (a step "
+        "error is still checked against the probe at once).",
+        unit="seconds", minimum=0,
+    )
+    probe_min_cosine: float = setting(
+        0.99,
+        "Smallest cosine between the probe batch's rows and those taken before serving that "
+        "still counts as a healthy engine. Graph replay against eager warmup rows in bfloat16 "
+        "stays above 0.999; a corrupted device or weights fall far below.",
+        minimum=0, maximum=1,
     )
     golden_set: Path | None = setting(
         None,

@@ -1,8 +1,9 @@
 """The /warmup contract between a server and the operator, and the one definition of "warm".
 
 Owns the fields of a server's `GET /warmup` that anything acts on (`loaded`, `serving`,
-`hot_set`, `hot_set_captured`, `captured`, `error`, `space`, `golden`), the hot set's coverage,
-what "warm" means: the model is loaded and its hot CUDA graphs are captured, or the server is
+`hot_set`, `hot_set_captured`, `captured`, `error`, `failed`, `space`, `golden`), the hot set's
+coverage, what "warm" means: the engine has not failed (`failed`: why it did, a sticky device
+error or a failed probe), the model is loaded and its hot CUDA graphs are captured, or the server is
 SERVING (its warmup returned; a hot-set shape it could not capture, over the graph memory limit
 or a failed capture, runs eagerly, slower but correct, so waiting for full coverage would keep
 it out of traffic for good); and whether a server's space matches its golden set
@@ -57,6 +58,7 @@ class WarmupReport:
     hot_set_captured: int = 0
     captured: int = 0  # graphs captured so far, hot set or lazily
     error: str | None = None  # why loading failed, when it did
+    failed: str | None = None  # why the loaded engine failed (it serves no more), when it did
     space: str | None = None  # the fingerprint of this server's space, once loaded
     golden: GoldenCheck | None = None  # the golden-set check, when one was configured
 
@@ -70,11 +72,13 @@ class WarmupReport:
 
     @property
     def warm(self) -> bool:
-        return self.loaded and (self.hot_set_complete or self.serving)
+        return self.loaded and not self.failed and (self.hot_set_complete or self.serving)
 
     def describe(self) -> str:
         if self.error:
             return f"model failed to load: {self.error}"[:300]
+        if self.failed:
+            return f"engine failed: {self.failed}"[:300]
         if not self.loaded:
             return "model loading"
         text = (f"{self.hot_set_captured}/{self.hot_set} hot graphs captured "
@@ -88,7 +92,7 @@ class WarmupReport:
         """The JSON object /warmup answers: `details` for people, then the contract's fields."""
         out = dict(details)
         out.update(dataclasses.asdict(self), coverage=self.coverage)
-        for name in ("error", "golden"):
+        for name in ("error", "failed", "golden"):
             if out[name] is None:
                 del out[name]
         return out
@@ -121,10 +125,10 @@ def judge(space: str | None, golden: GoldenCheck, minimum: float) -> SpaceVerdic
 
 
 def from_engine(engine_report: Mapping[str, Any], *, serving: bool, space: str | None = None,
-                golden: GoldenCheck | None = None) -> WarmupReport:
+                golden: GoldenCheck | None = None, failed: str | None = None) -> WarmupReport:
     """The report of a loaded engine, from its own counters (Engine.warmup_report), with the
-    fingerprint of its space and its golden-set check."""
-    return WarmupReport(loaded=True, serving=serving,
+    fingerprint of its space, its golden-set check and why it failed, if it did."""
+    return WarmupReport(loaded=True, serving=serving, failed=failed,
                         hot_set=int(engine_report.get("hot_set", 0)),
                         hot_set_captured=int(engine_report.get("hot_set_captured", 0)),
                         captured=int(engine_report.get("captured", 0)), space=space,
@@ -150,12 +154,13 @@ def parse_report(raw: bytes) -> WarmupReport:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise WarmupReportError(f"/warmup field {name!r} is not a count: {value!r}")
         counts[name] = value
-    error = data.get("error")
+    error, failed = data.get("error"), data.get("failed")
     fingerprint = data.get("space")
     if fingerprint is not None and not space_format.is_fingerprint(fingerprint):
         raise WarmupReportError(f"/warmup field 'space' is not a fingerprint: {fingerprint!r}")
     return WarmupReport(loaded=data["loaded"], serving=data.get("serving", False),
-                        error=str(error) if error else None, space=fingerprint,
+                        error=str(error) if error else None,
+                        failed=str(failed) if failed else None, space=fingerprint,
                         golden=_golden(data.get("golden")), **counts)
 
 

@@ -3,10 +3,11 @@
 Pure functions from a defaulted `Service` to dicts; no I/O, no cluster. The Deployment carries
 the GPU request, the readiness gate `hedgerow.dev/graphs-warm` (set by the operator's warmup
 tracking), gRPC readiness and startup probes on 50051 (with `spec.tls`, GET /readyz on 9090:
-the kubelet's gRPC probe speaks no TLS), the TLS Secret and the --tls-* flags, a preStop pause
-that lets gateways drop the pod from DNS before SIGTERM starts the drain, a non-root,
-read-only container, and, with
-`spec.guard`, the golden set's ConfigMap mounted where `--golden-set` reads it (its digest an
+the kubelet's gRPC probe speaks no TLS), a liveness probe on GET /livez (503 once the engine
+failed: a sticky device error or a failed probe batch, so the kubelet restarts the container
+within LIVENESS_PERIOD_SECONDS x LIVENESS_FAILURE_THRESHOLD), the TLS Secret and the --tls-*
+flags, a preStop pause that lets gateways drop the pod from DNS before SIGTERM starts the drain,
+a non-root, read-only container, and, with `spec.guard`, the golden set's ConfigMap mounted where `--golden-set` reads it (its digest an
 annotation, so re-recording it rolls the servers, which check it at start). When an
 HPA owns the replica count the Deployment leaves `replicas` out, so a server-side apply never
 takes it back from the HPA (handlers.hand_replicas_to_hpa keeps the count when that starts).
@@ -25,6 +26,13 @@ from hedgerow.operator.spec import Service
 # Seconds past the drain and the server's own shutdown grace before the kubelet kills the pod.
 KILL_MARGIN_SECONDS = 10
 STARTUP_PERIOD_SECONDS = 10
+# Liveness: GET /livez every 10 s, restarted after 3 answers in a row that are 503 or later than
+# 5 s (30 s after an engine failed). It runs only once the startup probe has passed, so a
+# model that loads slowly is never restarted for it.
+LIVENESS_PATH = "/livez"
+LIVENESS_PERIOD_SECONDS = 10
+LIVENESS_TIMEOUT_SECONDS = 5
+LIVENESS_FAILURE_THRESHOLD = 3
 GOLDEN_SET_VOLUME = "golden-set"
 GOLDEN_SET_DIR = "/etc/hedgerow/golden-set"
 GOLDEN_SET_PATH = f"{GOLDEN_SET_DIR}/{golden_set.CONFIG_MAP_KEY}"
@@ -108,10 +116,10 @@ def _container(service: Service, mounts: list[dict]) -> dict:
         "resources": _resources(server),
         **_probes(service),
         "livenessProbe": {
-            "httpGet": {"path": "/metrics", "port": names.SERVER_HTTP_PORT},
-            "periodSeconds": 20,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
+            "httpGet": {"path": LIVENESS_PATH, "port": names.SERVER_HTTP_PORT},
+            "periodSeconds": LIVENESS_PERIOD_SECONDS,
+            "timeoutSeconds": LIVENESS_TIMEOUT_SECONDS,
+            "failureThreshold": LIVENESS_FAILURE_THRESHOLD,
         },
         "securityContext": container_security_context(),
         "volumeMounts": mounts + [{"name": "dshm", "mountPath": "/dev/shm"}],

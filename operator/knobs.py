@@ -45,6 +45,8 @@ SERVER = (
     Knob("maxInflightTokens", ServerSettings, "max_inflight_tokens"),
     Knob("shutdownGraceSeconds", ServerSettings, "shutdown_grace"),
     Knob("hostCpu", ServerSettings, "host_cpu"),
+    Knob("probeIntervalSeconds", ServerSettings, "probe_interval"),
+    Knob("probeMinCosine", ServerSettings, "probe_min_cosine"),
     Knob("attentionBackend", GpuSettings, "attention_backend"),
     Knob("compile", GpuSettings, "compile"),
     Knob("compileMode", GpuSettings, "compile_mode"),
@@ -71,6 +73,7 @@ GATEWAY = (
     Knob("acceptTokenIds", GatewaySettings, "accept_token_ids"),
     Knob("allowTruncatedDimensions", GatewaySettings, "allow_truncated_dimensions"),
     Knob("accessLogSample", GatewaySettings, "access_log_sample"),
+    Knob("ejectAfterFailures", GatewaySettings, "eject_after_failures"),
     Knob("logFormat", GatewaySettings, "log_format"),
     Knob("otlpEndpoint", GatewaySettings, "otlp_endpoint"),
 )

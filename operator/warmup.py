@@ -29,6 +29,7 @@ WARMING = "Warming"
 NOT_RUNNING = "ContainerNotRunning"
 RESTARTED = "ContainerRestarted"
 UNREACHABLE = "WarmupUnreachable"
+ENGINE_FAILED = "EngineFailed"
 SPACE_MISMATCH = "SpaceMismatch"
 SPACE_UNCHECKED = "SpaceUnchecked"
 
@@ -108,6 +109,8 @@ def decide(pod: ServerPod, report: WarmupReport | None, error: str | None,
     guard, `min_cosine` is spec.guard.minCosine."""
     if not pod.running:
         return GateDecision("False", NOT_RUNNING, "server container is not running")
+    if report is not None and report.failed:  # its liveness probe restarts the container
+        return GateDecision("False", ENGINE_FAILED, report.describe())
     if report is not None:
         verdict = None
         if min_cosine is not None and report.loaded:

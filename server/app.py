@@ -7,7 +7,11 @@ reflection, so grpcurl and other reflection clients list and call the services w
 the HTTP listener come up, so probes get answers while the model loads on a worker
 thread; the embedding space is measured there too (fingerprint, golden-set check:
 server/space.py, server/golden_check.py), before the hot-set capture; then the scheduling loop
-starts and health turns SERVING once the engine is loaded and its warmup has returned. SIGTERM
+starts and health turns SERVING once the engine is loaded, its warmup has returned and the
+probe batch's rows are taken (server/engine_health.py). From then on the probe runs every
+--probe-interval while the server is idle; when it, or a step, shows the engine failed, health
+turns NOT_SERVING at once and stays so, /livez answers 503 (the kubelet restarts the container)
+and /warmup's `failed` says why; the process keeps running until it is restarted. SIGTERM
 or SIGINT turns health NOT_SERVING, stops admitting (new Embed calls get UNAVAILABLE), finishes
 admitted work within the shutdown grace, stops the listeners and returns 0. If the scheduling
 loop itself fails (a bug), the same shutdown runs at once and returns 1, so a supervisor
@@ -37,6 +41,7 @@ from hedgerow.golden_set import GoldenSet
 from hedgerow.logs import fields
 from hedgerow.server import affinity, golden_check, space
 from hedgerow.server.convert import space_field
+from hedgerow.server.engine_health import Probe
 from hedgerow.server.engine_thread import EngineThread
 from hedgerow.server.http import start_http
 from hedgerow.server.loop import EmbedLoop
@@ -149,6 +154,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
 
     state = ServerState(settings=settings, metrics=ServerMetrics(
         model_name(Path(settings.model or default_model_path()))))
+    failed = asyncio.Event()  # the loop failed the engine
     health = HealthServicer()
     for name in HEALTH_SERVICES:
         await health.set(name, _NOT_SERVING)
@@ -196,7 +202,7 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     try:
         try:
             loaded = await _load(state, stop, lambda: loader(settings, gpu_settings, golden),
-                                 cpus.engine if cpus else None)
+                                 cpus.engine if cpus else None, failed)
         except BaseException:
             await server.stop(None)  # a listener left to the collector logs a traceback
             raise
@@ -204,7 +210,9 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
             await server.stop(None)
             raise StoppedWhileLoading()
         await _set_serving(state, health)
+        watching = asyncio.ensure_future(_watch_engine(state, health, failed))
         await stop.wait()
+        watching.cancel()
         return await _shutdown(state, health, server)
     finally:
         http.close()
@@ -214,8 +222,9 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
 
 
 async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any],
-                engine_cpus: set[int] | None) -> bool:
-    """Load the engine unless asked to stop first; start the loop. Raises ModelLoadError."""
+                engine_cpus: set[int] | None, failed: asyncio.Event) -> bool:
+    """Load the engine unless asked to stop first, take the probe's rows, start the loop
+    (which sets `failed` when it fails the engine). Raises ModelLoadError."""
     settings = state.settings
     # The engine is loaded, warmed and stepped on this one thread.
     threads = EngineThread(depth=settings.overlap_depth(), cpus=engine_cpus)
@@ -234,9 +243,13 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     threads.engine = engine
     if str(engine.info.device).startswith("cuda"):
         watch_device_memory(state.metrics, engine.info.device)
+    probe = Probe(engine.info.vocab_size, settings.probe_min_cosine)
+    await threads.run(probe.take_reference, engine)
+    threads.probe = probe
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
-    loop = EmbedLoop(threads, scheduler, state.metrics, on_crash=lambda error: stop.set())
+    loop = EmbedLoop(threads, scheduler, state.metrics, on_crash=lambda error: stop.set(),
+                     on_engine_failed=lambda reason: failed.set())
     state.space_field = space_field(state.space.fingerprint)
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
@@ -272,6 +285,27 @@ async def _set_serving(state: ServerState, health: HealthServicer) -> None:
     info = state.engine.info
     log.info("%s", fields(event="server.serving", model=info.name, dimensions=info.dimensions,
                           device=info.device, dtype=info.dtype, space=state.space.fingerprint))
+
+
+async def _watch_engine(state: ServerState, health: HealthServicer,
+                        failed: asyncio.Event) -> None:
+    """Every --probe-interval (0: never), while nothing is admitted, check the engine with
+    the probe; once the engine failed (here or in a step), take it out of traffic for good:
+    health NOT_SERVING, /readyz and /livez 503."""
+    loop, threads = state.loop, state.engine_thread
+    interval = state.settings.probe_interval or None
+    while not failed.is_set():
+        try:
+            await asyncio.wait_for(failed.wait(), interval)
+        except asyncio.TimeoutError:
+            if loop.idle and not failed.is_set():
+                problem = await threads.run(threads.probe.check, state.engine)
+                if problem is not None:
+                    loop.fail_engine(problem)
+    state.serving = False
+    state.metrics.serving.set(0)
+    for name in HEALTH_SERVICES:
+        await health.set(name, _NOT_SERVING)
 
 
 async def _shutdown(state: ServerState, health: HealthServicer, server: grpc.aio.Server) -> int:

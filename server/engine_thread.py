@@ -12,9 +12,13 @@ it finished, and the device would idle for each launch. A finished batch goes ba
 event loop with
 one `call_soon_threadsafe`: its rows as a float32 numpy array [B, D] (copied out of the
 pinned buffer on a GPU, so that buffer and its LazyTensor die here, on the thread that also
-captures CUDA graphs, never concurrently with a capture), or the error `step` raised, which
-fails that batch only. A call job (load, warmup, rank) runs a function here and hands back
-its result or error.
+captures CUDA graphs, never concurrently with a capture), or the error `step` raised. A step
+error is placed here, before anything else runs on the device (server/engine_health.py): a
+sticky device error, or one that repeats on the probe batch, comes back as the engine's
+`fault`; otherwise the batch's sequences are stepped one by one, and only those that fail
+again come back as `bad` (their requests' own errors), with every other row. A call job
+(load, warmup, rank, the periodic probe) runs a function here and hands back its result or
+error.
 
 The thread touches no asyncio object: the only way back is `call_soon_threadsafe`. It knows
 nothing about requests, scheduling or gRPC.
@@ -32,15 +36,19 @@ import torch
 
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.server import affinity
+from hedgerow.server.engine_health import Probe, device_fault
 
 
 class StepDone(NamedTuple):
     """What the loop gets back for one step: the rows, or the error, and when it ran."""
 
     rows: np.ndarray | None      # float32 [B, D]; None when the step failed
-    error: BaseException | None
+    error: BaseException | None  # what the step raised, if it did
     started: float               # time.monotonic() when the engine took the batch
     finished: float              # when the rows were in host memory (or the step failed)
+    fault: str | None = None     # why the engine can no longer be trusted; rows is None
+    bad: tuple[int, ...] = ()    # sequences (batch positions) that failed alone; their rows
+                                 # are zeros, every other row is good
 
 
 class _Step(NamedTuple):
@@ -74,6 +82,7 @@ class EngineThread:
         self.cpus = cpus
         self.handoff_grace = handoff_grace
         self.engine: Any = None
+        self.probe: Probe | None = None  # places step errors; None: only sticky ones are fatal
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._work, name="hedgerow-engine", daemon=True)
@@ -138,8 +147,8 @@ class EngineThread:
                     # via numpy: torch.tensor of a tuple costs several times more cold
                     cu_seqlens=torch.from_numpy(np.array(job.cu_seqlens, dtype=np.int32)),
                     max_seqlen=job.max_seqlen))
-            except Exception as error:  # this batch fails; the thread keeps serving
-                self._hand_back(job.done, StepDone(None, error, started, time.monotonic()))
+            except Exception as error:  # placed, and answered; the thread keeps serving
+                self._hand_back(job.done, self._failed(job, error, started))
                 continue
             if lazy.ready():
                 self._finish(job, lazy, started)
@@ -159,15 +168,39 @@ class EngineThread:
         return None
 
     def _finish(self, job: _Step, lazy: Any, started: float) -> None:
+        error = None
         try:
             rows = lazy.synchronize().numpy()
             if lazy.pinned:
                 rows = rows.copy()  # the pinned buffer is freed here, with `lazy`
             done = StepDone(rows, None, started, time.monotonic())
-        except Exception as error:
-            done = StepDone(None, error, started, time.monotonic())
+        except Exception as raised:
+            error = raised
         del lazy
+        if error is not None:
+            done = self._failed(job, error, started)
         self._hand_back(job.done, done)
+
+    def _failed(self, job: _Step, error: Exception, started: float) -> StepDone:
+        """Place a step error: the engine's fault, or the sequences that fail on their own."""
+        fault = device_fault(error)
+        if fault is None and self.probe is None:  # nothing to place it by: the batch fails
+            return StepDone(None, error, started, time.monotonic())
+        if fault is None and (problem := self.probe.check(self.engine)) is not None:
+            fault = f"a step failed ({type(error).__name__}: {str(error)[:200]}) and {problem}"
+        if fault is not None:
+            return StepDone(None, error, started, time.monotonic(), fault=fault)
+        rows, bad = [], []
+        for position, (a, b) in enumerate(zip(job.cu_seqlens[:-1], job.cu_seqlens[1:])):
+            try:
+                rows.append(self.engine.step(RaggedBatch.from_sequences(
+                    [job.input_ids[a:b].tolist()])).synchronize().numpy()[0].copy())
+            except Exception:  # this sequence's own error: its request fails, no other
+                rows.append(None)
+                bad.append(position)
+        width = next((len(row) for row in rows if row is not None), 0)
+        joined = np.stack([np.zeros(width, np.float32) if row is None else row for row in rows])
+        return StepDone(joined, error, started, time.monotonic(), bad=tuple(bad))
 
     def _call(self, job: _Call) -> None:
         try:

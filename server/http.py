@@ -1,11 +1,14 @@
-"""The server's tiny HTTP side (port 9090): GET /metrics, /warmup and /readyz, nothing else.
+"""The server's tiny HTTP side (port 9090): GET /metrics, /warmup, /readyz and /livez.
 
 A minimal asyncio HTTP/1.1 responder (one request per connection, `Connection: close`), so
 the server extra needs no web framework. /metrics is the Prometheus text exposition of the
 server's registry; /warmup is JSON from `warmup_status` (what the operator's readiness gate
 reads); /readyz answers 200 while the server is serving (what gRPC health calls SERVING) and
 503 otherwise, for a kubelet probe where gRPC speaks mutual TLS, which the kubelet's gRPC
-probe cannot. Knows nothing about gRPC, the engine or scheduling.
+probe cannot; /livez answers 200 while the process may go on (loading, serving, draining) and
+503 with the reason once its engine failed (a sticky device error or a failed probe batch:
+server/engine_health.py), so the kubelet's liveness probe restarts the container. Knows
+nothing about gRPC, the engine or scheduling.
 """
 
 import asyncio
@@ -36,6 +39,7 @@ def routes(state: ServerState) -> dict[str, Route]:
         "/warmup": lambda: (200, "application/json",
                             json.dumps(warmup_status(state), sort_keys=True).encode()),
         "/readyz": lambda: _readiness(state),
+        "/livez": lambda: _liveness(state),
     }
 
 
@@ -43,6 +47,13 @@ def _readiness(state: ServerState) -> tuple[int, str, bytes]:
     if state.serving:
         return 200, "text/plain", b"serving\n"
     return 503, "text/plain", b"not serving\n"
+
+
+def _liveness(state: ServerState) -> tuple[int, str, bytes]:
+    failed = state.loop.failed if state.loop is not None else None
+    if failed is None:
+        return 200, "text/plain", b"alive\n"
+    return 503, "text/plain", f"engine failed: {failed}\n".encode()
 
 
 async def start_http(state: ServerState, host: str, port: int) -> asyncio.Server:

@@ -9,6 +9,12 @@ When the engine thread hands a batch back (once per batch), its rows complete th
 that are now whole and the next batch is formed from whatever accumulated meanwhile. At most
 `depth` batches are on the engine: 2 on a GPU (batch N+1 launched while N computes), 1 on CPU.
 
+A step the engine thread placed as the engine's fault (server/engine_health.py), or a failed
+periodic probe (`fail_engine`), fails the engine for good: everything admitted fails, nothing
+more is admitted (UNAVAILABLE, so gateways send it elsewhere), `failed` says why and
+`on_engine_failed` tells the server, which turns health NOT_SERVING and liveness 503. A step
+whose sequences failed alone fails only their requests, as invalid input.
+
 It knows nothing about gRPC, byte layouts or postprocessing: token ids in, raw pooled float32
 rows out (numpy [n, D] per request). No torch call runs here.
 """
@@ -21,11 +27,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from hedgerow.errors import HedgerowError, NotReadyError
+from hedgerow.errors import HedgerowError, InvalidInputError, NotReadyError
 from hedgerow.logs import fields
 from hedgerow.server.engine_thread import EngineThread, StepDone
 from hedgerow.server.metrics import ServerMetrics
-from hedgerow.server.scheduler import Batch, Request, Scheduler
+from hedgerow.server.scheduler import FAILED, Batch, Request, Scheduler
 
 log = logging.getLogger("hedgerow.server.loop")
 
@@ -62,6 +68,7 @@ class EmbedLoop:
         metrics: ServerMetrics,
         *,
         on_crash: Callable[[BaseException], None] | None = None,
+        on_engine_failed: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine_thread
@@ -69,11 +76,13 @@ class EmbedLoop:
         self._metrics = metrics
         self._clock = clock
         self._on_crash = on_crash
+        self._on_engine_failed = on_engine_failed
         self._on_engine: set[Batch] = set()  # batches queued on or running in the engine thread
         self._idle = asyncio.Event()
         self._idle.set()
         self._admitting = True
         self.crashed: BaseException | None = None
+        self.failed: str | None = None  # why the engine failed, once it has
         self.steps = 0
         self.shapes: set[tuple[int, int]] = set()  # (sequences, tokens) of steps run
         metrics.pool_tokens.set_function(lambda: scheduler.pool_tokens)
@@ -91,6 +100,8 @@ class EmbedLoop:
         """
         if not self._admitting:
             why = "failed" if self.crashed else "is shutting down"
+            if self.failed:
+                why = f"engine failed ({self.failed})"
             raise NotReadyError(f"server {why}; send the request to another replica")
         if len(lengths) == 1:
             payloads = [input_ids]
@@ -128,6 +139,11 @@ class EmbedLoop:
             self._settle_idle()
         if not request.handle.done():
             request.handle.cancel()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing admitted is waiting or on the engine."""
+        return not self._on_engine and self._scheduler.idle
 
     @property
     def inflight_tokens(self) -> int:
@@ -187,7 +203,8 @@ class EmbedLoop:
     def _done(self, batch: Batch, outcome: StepDone) -> None:
         """The engine thread handed `batch` back: answer its requests, launch what waits."""
         self._on_engine.discard(batch)
-        if self.crashed is None:  # after a crash its requests have been failed already
+        # After a crash or an engine failure its requests have been failed already.
+        if self.crashed is None and self.failed is None:
             try:
                 self._answer(batch, outcome)
                 self._launch()
@@ -200,11 +217,22 @@ class EmbedLoop:
                              outcome.finished - outcome.started)
         if outcome.error is not None:
             log.error("%s", fields(event="engine.step_failed", sequences=batch.num_seqs,
-                                   tokens=batch.num_tokens, error=repr(outcome.error)),
+                                   tokens=batch.num_tokens, error=repr(outcome.error),
+                                   fault=outcome.fault, bad_sequences=len(outcome.bad)),
                       exc_info=outcome.error)
+        if outcome.rows is None:
             self._fail(batch, EngineStepError(
                 f"the engine failed on this request's batch: {outcome.error}"))
+            if outcome.fault is not None:
+                self.fail_engine(outcome.fault)
             return
+        for position in outcome.bad:  # failed alone: the request's own input
+            entry = batch.entries[position]
+            if entry.request.active:
+                self._scheduler.cancel(entry.request, FAILED)
+                _finish(entry.request, exception=InvalidInputError(
+                    f"the engine could not embed sequence {entry.index} of this request (the "
+                    f"other sequences and a probe batch ran): {outcome.error}"))
         whole = batch.whole
         for request in self._scheduler.complete(batch, outcome.rows):
             _finish(request, result=outcome.rows if request is whole else _joined(request.rows))
@@ -212,6 +240,24 @@ class EmbedLoop:
     def _fail(self, batch: Batch, error: BaseException) -> None:
         for request in self._scheduler.fail(batch):
             _finish(request, exception=error)
+
+    def fail_engine(self, reason: str) -> None:
+        """The engine can no longer be trusted: fail everything admitted, admit nothing more,
+        tell the server (once)."""
+        if self.failed is not None:
+            return
+        log.critical("%s", fields(event="engine.failed", reason=reason))
+        self.failed = reason
+        self._admitting = False
+        failure = NotReadyError(f"the server's engine failed ({reason}); send the request to "
+                                "another replica")
+        while (batch := self._scheduler.next_batch(float("-inf"))) is not None:
+            self._fail(batch, failure)
+        for batch in list(self._on_engine):
+            self._fail(batch, failure)
+        self._settle_idle()
+        if self._on_engine_failed is not None:
+            self._on_engine_failed(reason)
 
     def _crash(self, error: BaseException, batch: Batch) -> None:
         """A bug in answering `batch`: fail everything admitted, refuse more, report it."""

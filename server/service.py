@@ -11,7 +11,8 @@ and inference). The gateway's request id arrives as the call's `x-request-id` me
 read only for a log line: the DEBUG line `request.done` each call writes at --log-level debug,
 and the ERROR line `request.failed`. Every HedgerowError becomes its status code in `_abort`;
 nothing else is caught. `add_to_server` registers it with decoders that turn bytes that are
-no valid message into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's internals.
+no valid message into INVALID_ARGUMENT. The servicer knows nothing about batching or the
+engine's internals.
 """
 
 import asyncio

@@ -41,7 +41,7 @@ def warmup_report(state: ServerState) -> WarmupReport:
         return WarmupReport(loaded=False, serving=state.serving, error=state.load_error)
     return from_engine(state.engine.warmup_report(), serving=state.serving,
                        space=state.space.fingerprint if state.space else None,
-                       golden=state.golden)
+                       golden=state.golden, failed=state.loop.failed if state.loop else None)
 
 
 def warmup_status(state: ServerState) -> dict[str, Any]:

@@ -78,13 +78,19 @@ def test_the_servers_warmup_body_follows_the_contract():
     assert warmup_report(state) == WarmupReport(loaded=False, error="no config.json")
     engine = types.SimpleNamespace(warmup_report=lambda: {
         "hot_set": 2, "hot_set_captured": 1, "captured": 5, "graph_memory_bytes": 7})
-    loop = types.SimpleNamespace(steps=3, shapes={(1, 64)})
+    loop = types.SimpleNamespace(steps=3, shapes={(1, 64)}, failed=None)
     state = ServerState(settings=None, metrics=None, engine=engine, loop=loop, serving=True)
     body = warmup_status(state)
     assert parse_report(json.dumps(body).encode()) == WarmupReport(
         loaded=True, serving=True, hot_set=2, hot_set_captured=1, captured=5)
     assert body["steps"] == 3 and body["step_shapes_seen"] == 1
     assert body["graph_memory_bytes"] == 7 and body["coverage"] == 0.5
+    assert "failed" not in body
+    loop.failed = "sticky device error: an illegal memory access was encountered"
+    state.serving = False
+    report = parse_report(json.dumps(warmup_status(state)).encode())
+    assert report.failed == loop.failed and not report.warm
+    assert report.describe() == f"engine failed: {loop.failed}"
 
 
 SPACE = "s1-0123abcd-4567ef89"

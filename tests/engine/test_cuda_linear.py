@@ -7,6 +7,7 @@ speed on a GPU."""
 import torch
 from torch import nn
 
+from hedgerow.engine.attention import CpuRaggedAttention
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.cuda_linear import (LinearGelu, LinearSwiGLU, interleave_rows,
                                          use_gelu_epilogues, use_swiglu_products)
@@ -21,24 +22,26 @@ def test_linear_gelu_is_the_tanh_gelu_of_the_linear_layer():
     torch.testing.assert_close(LinearGelu(linear)(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def _forward(model):
+    """Two ragged sequences (4 and 7 tokens) through `model` on the CPU."""
+    torch.manual_seed(2)
+    ids = torch.randint(0, 50, (11,))
+    cu = torch.tensor([0, 4, 11], dtype=torch.int32)
+    pos = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6])
+    with torch.inference_mode():
+        return model(ids, pos, cu, 7, CpuRaggedAttention())
+
+
 def test_the_rewrite_swaps_every_up_projection_and_nothing_else():
     config = BertConfig(vocab_size=50, hidden_size=16, num_layers=3, num_heads=2,
                         intermediate_size=40, max_position_embeddings=32,
                         hidden_act="gelu_pytorch_tanh")
     model = BertModel(config).eval()
-    ids = torch.randint(0, 50, (11,))
-    cu = torch.tensor([0, 4, 11], dtype=torch.int32)
-    pos = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6])
-    from hedgerow.engine.attention import CpuRaggedAttention
-
-    with torch.inference_mode():
-        before = model(ids, pos, cu, 7, CpuRaggedAttention())
+    before = _forward(model)
     assert use_gelu_epilogues(model) == 3
     assert all(isinstance(layer.up, LinearGelu) for layer in model.layers)
     assert isinstance(model.layers[0].down, nn.Linear)
-    with torch.inference_mode():
-        after = model(ids, pos, cu, 7, CpuRaggedAttention())
-    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)  # a tanh model: same math
+    torch.testing.assert_close(_forward(model), before, rtol=1e-5, atol=1e-5)  # a tanh model: same math
     assert use_gelu_epilogues(model) == 0  # nothing left to swap
 
 
@@ -83,19 +86,11 @@ def test_interleaving_pairs_each_gate_row_with_its_up_row():
 
 def test_the_swiglu_rewrite_swaps_every_gate_up_pair_and_keeps_the_model():
     model = _qwen3(layers=3)
-    ids = torch.randint(0, 50, (11,))
-    cu = torch.tensor([0, 4, 11], dtype=torch.int32)
-    pos = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6])
-    from hedgerow.engine.attention import CpuRaggedAttention
-
-    with torch.inference_mode():
-        before = model(ids, pos, cu, 7, CpuRaggedAttention())
+    before = _forward(model)
     assert use_swiglu_products(model) == 3
     assert all(isinstance(layer.gate_up, LinearSwiGLU) for layer in model.layers)
     assert use_gelu_epilogues(model) == 0 and use_swiglu_products(model) == 0
-    with torch.inference_mode():
-        after = model(ids, pos, cu, 7, CpuRaggedAttention())
-    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(_forward(model), before, rtol=1e-5, atol=1e-5)
 
 
 def test_the_swiglu_op_compiles_through_its_fake():

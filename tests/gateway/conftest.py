@@ -242,17 +242,18 @@ from tests.conftest import child_env, free_port  # noqa: E402  (shared process h
 
 
 class Child:
-    """A `hedgerow ...` child process with its log in a file."""
+    """A `hedgerow ...` child process with its log in a file; `env`: variables (HEDGEROW_*
+    settings, say) on top of child_env()'s."""
 
-    def __init__(self, log_path, *args: str) -> None:
+    def __init__(self, log_path, *args: str, env: dict[str, str] | None = None) -> None:
         import subprocess
 
         from tests.conftest import hedgerow_command
 
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(hedgerow_command(*args), env=child_env(), stdout=self._log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(hedgerow_command(*args), env={**child_env(), **(env or {})},
+                                     stdout=self._log, stderr=subprocess.STDOUT)
 
     def log_text(self) -> str:
         self._log.flush()
@@ -315,14 +316,16 @@ class RealServer(Child):
 
 class RealGateway(Child):
     """`hedgerow gateway` on a loopback free port in front of `servers`; `auth`: the headers
-    carrying an API key, when the gateway has keys (its /readyz names servers only then)."""
+    carrying an API key, when the gateway has keys (its /readyz names servers only then);
+    `env`: as Child's."""
 
-    def __init__(self, log_path, servers, *flags: str, auth: dict | None = None) -> None:
+    def __init__(self, log_path, servers, *flags: str, auth: dict | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.auth = auth
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(log_path, "gateway", "--servers", ",".join(servers), "--port",
-                         str(self.port), "--health-interval", "0.2", *flags)
+                         str(self.port), "--health-interval", "0.2", *flags, env=env)
 
     def ready_replicas(self) -> int:
         import httpx

@@ -6,6 +6,7 @@ important cases against real `hedgerow server` processes.
 """
 
 import asyncio
+import time
 import types
 
 import grpc
@@ -15,14 +16,17 @@ import pytest
 from hedgerow.gateway.errors import DeadlineError
 from hedgerow.gateway.admission import Throughput
 from hedgerow.gateway.metrics import GatewayMetrics
+from hedgerow.gateway import router as routing
 from hedgerow.gateway.router import Router, least_loaded
+from tests.gateway.conftest import wait_ready
 
 MODEL = "all-MiniLM-L6-v2"
 
 
-def replica(name, tokens=0, ready=True, last=0, bound=0, space=""):
+def replica(name, tokens=0, ready=True, last=0, bound=0, space="", failures=0, failed_at=0.0):
     return types.SimpleNamespace(name=name, in_flight_tokens=tokens, ready=ready,
                                  last_chosen=last, removed=False, busy_until=0.0,
+                                 failures=failures, failed_at=failed_at,
                                  info=types.SimpleNamespace(max_inflight_tokens=bound,
                                                             space=space),
                                  throughput=Throughput())
@@ -34,6 +38,18 @@ def test_least_loaded_picks_fewest_in_flight_tokens_among_ready():
     assert least_loaded([a, b, c], exclude=[b]) is a
     assert least_loaded([c]) is None
     assert least_loaded([a], exclude=[a]) is None
+
+
+def test_a_replica_that_just_failed_comes_after_every_other_with_room():
+    """Failing fast, it holds the fewest tokens: least-loaded alone would send it everything."""
+    now = time.monotonic()
+    failing, busy = replica("failing", 0, failures=1, failed_at=now), replica("busy", 500)
+    assert least_loaded([failing, busy]) is busy
+    assert least_loaded([failing, busy], exclude=[busy]) is failing  # still used when alone
+    failing.failed_at = now - routing.FAILED_RECENTLY_S - 1  # a while ago: equal terms again
+    assert least_loaded([failing, busy]) is failing
+    failing.failed_at, failing.failures = now, 0  # answered well since
+    assert least_loaded([failing, busy]) is failing
 
 
 def test_only_replicas_with_room_under_their_bound_are_chosen():
@@ -90,7 +106,10 @@ def test_a_request_past_the_servers_admission_bounds_is_paced_not_refused(standi
 @pytest.mark.parametrize("code", [grpc.StatusCode.RESOURCE_EXHAUSTED,
                                   # A server that stopped before it answered (the gateway's own
                                   # cancellations never reach it as a status).
-                                  grpc.StatusCode.CANCELLED], ids=lambda code: code.name)
+                                  grpc.StatusCode.CANCELLED,
+                                  # Replica-side failures: its engine failed, a bug.
+                                  grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN],
+                         ids=lambda code: code.name)
 def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_factory, code):
     client = gateway_factory()
     first, second = standins
@@ -100,7 +119,53 @@ def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_fac
         assert answer.status_code == 200, answer.text
     assert first.calls + second.calls == 3  # one failure, retried once
     assert second.calls >= 1  # the retry never goes back to the replica that failed
-    assert f'hedgerow_gateway_retries_total{{code="{code.name}"}} 1.0' in client.get("/metrics").text
+    retried = f'hedgerow_gateway_retries_total{{code="{code.name}"}} 1.0'
+    assert retried in client.get("/metrics").text
+
+
+def test_a_requests_own_error_is_not_retried(standins, gateway_factory):
+    client = gateway_factory()
+    for server in standins:
+        server.fail_next = [grpc.StatusCode.INVALID_ARGUMENT]
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "bad"})
+    assert answer.status_code == 400
+    assert sum(server.calls for server in standins) == 1
+
+
+def test_an_internal_error_on_every_replica_is_a_502_after_one_retry(standins, gateway_factory):
+    client = gateway_factory()
+    for server in standins:
+        server.fail_next = [grpc.StatusCode.INTERNAL]
+    answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
+    assert answer.status_code == 502
+    assert [server.calls for server in standins] == [1, 1]
+
+
+def test_a_replica_failing_in_a_row_is_ejected_until_its_health_and_info_return(
+        standins, gateway_factory, monkeypatch):
+    # Failures on equal terms right away, so each request tries `first` first, in turns.
+    monkeypatch.setattr(routing, "FAILED_RECENTLY_S", 0.0)
+    client = gateway_factory(eject_after_failures=3)
+    first, second = standins
+    first.fail_next = [grpc.StatusCode.INTERNAL] * 100
+    first.info_failures = 10 ** 6  # back only once its Info answers again
+    for _ in range(6):
+        answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "eject me"})
+        assert answer.status_code == 200, answer.text
+    assert first.calls == 3  # the third failure in a row ejected it
+    assert client.get("/readyz").json()["ready_replicas"] == [second.address]
+    first.fail_next, first.info_failures = [], 0
+    wait_ready(client, 2)  # health SERVING all along: back once Info answers
+
+
+def test_ejection_never_takes_the_last_ready_replica(standins, gateway_factory):
+    first = standins[0]
+    client = gateway_factory(servers=[first.address], eject_after_failures=1)
+    first.fail_next = [grpc.StatusCode.INTERNAL] * 3
+    for _ in range(3):
+        assert client.post("/v1/embeddings",
+                           json={"model": MODEL, "input": "x"}).status_code == 502
+    assert client.get("/readyz").json()["ready_replicas"] == [first.address]
 
 
 def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
@@ -112,7 +177,8 @@ def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
         server.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
     answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "busy"})
     assert answer.status_code == 200, answer.text
-    assert 'hedgerow_gateway_retries_total{code="RESOURCE_EXHAUSTED"}' in client.get("/metrics").text
+    retried = 'hedgerow_gateway_retries_total{code="RESOURCE_EXHAUSTED"}'
+    assert retried in client.get("/metrics").text
 
 
 def test_overloaded_past_every_pause_is_429_with_retry_after(standins, gateway_factory):
@@ -391,7 +457,8 @@ def test_waiters_ahead_keep_what_they_could_use_and_only_that():
     does not hold that replica back from the chunks behind it."""
     free, full = replica("a", bound=100), replica("b", 100, bound=100)
     free.address, full.address = "a:1", "b:1"
-    free.embedder = types.SimpleNamespace(Embed=lambda request, timeout, metadata=None: asyncio.sleep(0, "a"))
+    free.embedder = types.SimpleNamespace(
+        Embed=lambda request, timeout, metadata=None: asyncio.sleep(0, "a"))
     source = types.SimpleNamespace(ready=lambda: [free, full])
     chunk = types.SimpleNamespace(size=1)
 

@@ -110,6 +110,7 @@ def test_server_deployment_defaults():
     assert container["startupProbe"]["grpc"] == {"port": 50051}
     assert container["startupProbe"]["failureThreshold"] * \
         container["startupProbe"]["periodSeconds"] >= 900
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": 9090}
     assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
     assert pod["terminationGracePeriodSeconds"] == 5 + 30 + 10
     assert pod["securityContext"]["runAsNonRoot"] is True

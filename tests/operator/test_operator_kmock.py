@@ -69,6 +69,10 @@ async def test_create_builds_every_child_with_owner_reference(cluster):
     assert pod["readinessGates"] == [{"conditionType": "hedgerow.dev/graphs-warm"}]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["containers"][0]["readinessProbe"]["grpc"]["port"] == 50051
+    # A failed engine answers /livez 503: restarted after 3 failed probes 10 s apart.
+    assert pod["containers"][0]["livenessProbe"] == {
+        "httpGet": {"path": "/livez", "port": 9090}, "periodSeconds": 10, "timeoutSeconds": 5,
+        "failureThreshold": 3}
     hpa = children[("horizontalpodautoscalers", "emb-server")]
     assert hpa["spec"]["metrics"][0]["object"]["target"]["averageValue"] == "50000"
     assert children[("services", "emb-server")]["spec"]["clusterIP"] == "None"
@@ -188,6 +192,18 @@ async def test_warmup_reports_set_gates_and_graphs_warm(cluster):
     await asyncio.sleep(1.0)  # a few more warmup cycles: the reason stays until a report
     still = await _gate(cluster, "emb-server-a", "False")
     assert still and still["reason"] == "ContainerRestarted", still
+
+
+async def test_a_server_whose_engine_failed_leaves_traffic_with_the_reason(cluster):
+    await cluster.post(cluster.cr_path, cluster.resource("emb"))
+    await cluster.eventually(lambda: _all_children(cluster), "every child")
+    await cluster.post("/api/v1/namespaces/ml/pods", _pod("emb-server-a", "2026-01-01T00:00:00Z"))
+    cluster.warmup.report = warmup_body(loaded=True, serving=True, hot_set=4, hot_set_captured=4)
+    await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "True"), "gate True")
+    failed = "sticky device error: RuntimeError: CUDA error: an illegal memory access"
+    cluster.warmup.report = warmup_body(loaded=True, hot_set=4, hot_set_captured=4, failed=failed)
+    gate = await cluster.eventually(lambda: _gate(cluster, "emb-server-a", "False"), "gate False")
+    assert gate["reason"] == "EngineFailed" and gate["message"] == f"engine failed: {failed}"
 
 
 GOLDEN_SPACE = "s1-0a0a0a0a-1b1b1b1b"
