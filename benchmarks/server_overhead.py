@@ -31,7 +31,7 @@ gives medians
 over rounds, then each server case against the floor round by round: p50 above echo's (and
 above echo's plus the stand-in device time), and its 16-client throughput as a share of echo's.
 For the server cases it also reads the server's own histograms over the sequential phase:
-`handler` is hedgerow_request_seconds (the servicer's whole handler: decode, checks, queue,
+`handler` is hedgerow_server_request_seconds (the servicer's whole handler: decode, checks, queue,
 engine, encode), `queue` and `step` the loop's; the rest of the client's latency is gRPC.
 `--profile CASE` runs that case's server under cProfile (event-loop thread only; slower) and
 prints the top functions by own time.
@@ -280,8 +280,8 @@ def concurrent(stub, requests: list, clients: int, seconds: float) -> tuple[int,
     return threads_until(clients, seconds, client)
 
 
-_HISTOGRAMS = {"handler": "hedgerow_request_seconds", "queue": "hedgerow_queue_seconds",
-               "step": "hedgerow_step_seconds"}
+_HISTOGRAMS = {"handler": "hedgerow_server_request_seconds", "queue": "hedgerow_server_queue_seconds",
+               "step": "hedgerow_server_step_seconds"}
 
 
 def server_sums(http_port: int) -> dict[str, float]:

@@ -10,5 +10,6 @@ model_card.py the served model's facts          chunking.py    token-budget chun
 router.py     least-loaded routing, retries     replicas.py    discovery and health watching
 admission.py  deadline-aware 429s               metrics.py     Prometheus metrics
 auth.py       API keys                          access_log.py  the access log
+request_context.py  request id, timing headers  traced_calls.py  chunk spans (tracing on)
 The settings are hedgerow/gateway_settings.py.
 """

@@ -8,10 +8,11 @@ Embeddings Inference's (`POST /embed`, `/embed_sparse`, `/rerank`, `/similarity`
 `/health`, `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`.
 Operations: `GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank
 scores names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
-`embedding_space`). Request logic lives in `service.py` and `rerank.py`, the other APIs' shapes in
-`cohere.py` and `tei.py`, routing and error guarding in `http.py` (on FastAPI), the documented
-request and answer schemas in `openapi.py`; errors are translated in `http_errors.py`, in the shape
-of the route's API.
+`embedding_space`); every embeddings answer carries TEI's timing headers (x-total-time,
+x-tokenization-time, x-queue-time, x-inference-time). Request logic lives in `service.py` and
+`rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, routing and error guarding in
+`http.py` (on FastAPI), the documented request and answer schemas in `openapi.py`; errors are
+translated in `http_errors.py`, in the shape of the route's API.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ import urllib.parse
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
+from hedgerow import tracing as hedgerow_tracing
 from hedgerow.gateway import cohere, openapi, tei
 from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.auth import ApiKeys
@@ -41,6 +43,7 @@ from hedgerow.gateway.http import (
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard
 from hedgerow.gateway.replicas import ReplicaSet
+from hedgerow.gateway.request_context import current
 from hedgerow.gateway.rerank import Reranker, RerankRequest, rerank_body
 from hedgerow.gateway.router import NO_REPLICA_MESSAGE, Router
 from hedgerow.gateway.schema import (
@@ -53,6 +56,7 @@ from hedgerow.gateway.schema import (
 from hedgerow.gateway.service import Embedded, EmbeddingService
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.gateway.tokenizer import TextTokenizer
+from hedgerow.gateway.traced_calls import TracedCalls
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway")
@@ -81,10 +85,13 @@ def _seconds(raw: str | None) -> float | None:
 
 
 def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokenizer,
-               api_keys: ApiKeys, metrics: GatewayMetrics | None = None) -> GatewayApp:
+               api_keys: ApiKeys, metrics: GatewayMetrics | None = None,
+               tracing: hedgerow_tracing.Tracing | None = None) -> GatewayApp:
     """The gateway's FastAPI app; its lifespan starts and stops discovery and health
-    watching. `app.state` holds the service, the replicas and the metrics."""
-    metrics = metrics or GatewayMetrics()
+    watching. `app.state` holds the service, the replicas and the metrics. `tracing`
+    replaces the tracing --otlp-endpoint sets up (a test's in-memory exporter)."""
+    metrics = metrics or GatewayMetrics(card.name)
+    traces = tracing or hedgerow_tracing.setup("gateway", settings.otlp_endpoint)
     # `service` is bound below, before the lifespan starts the watchers that call this.
     replicas = ReplicaSet(
         servers=settings.servers, service_dns=settings.service_dns,
@@ -93,6 +100,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         on_status=lambda replica: metrics.ready_replicas.set(len(replicas.ready())),
         on_removed=metrics.forget_replica,
         tls=settings.tls_files(), tls_server_name=settings.tls_server_name,
+        interceptors=(TracedCalls(traces),) if traces else (),
     )
     router = Router(replicas, metrics, settings.max_queue_seconds,
                     eject_after=settings.eject_after_failures)
@@ -110,12 +118,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         yield
         await replicas.close()
         tokenizer.close()
+        if traces is not None:
+            traces.close()
 
     app = GatewayApp(title="Hedgerow gateway", version=openapi.VERSION,
                   description=openapi.DESCRIPTION, lifespan=lifespan,
                   docs_url="/docs" if settings.docs else None, redoc_url=None)
     app.state.service, app.state.replicas, app.state.metrics = service, replicas, metrics
-    routes = Routes(app, metrics.observe_request, AccessLog(settings.access_log_sample))
+    routes = Routes(app, metrics.observe_request, AccessLog(settings.access_log_sample), traces)
 
     def deadline(request: Request) -> float:
         """The request's deadline on the loop's clock: our timeout, shortened by the client's.
@@ -156,13 +166,14 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         return await encoded(encode, result)
 
     async def encoded(encode, result: Embedded) -> Response:
-        """The body `encode()` writes, with the header naming the vectors' space; a large one
-        is encoded in a thread so the event loop keeps serving."""
-        headers = space_header(result.space)
+        """The body `encode()` writes, with the headers naming the vectors' space and TEI's
+        timings; a large one is encoded in a thread so the event loop keeps serving."""
         if result.embeddings.size <= INLINE_ENCODE_VALUES:
-            return Response(encode(), headers=headers, tokens=result.prompt_tokens)
-        return Response(await asyncio.get_running_loop().run_in_executor(None, encode),
-                        headers=headers, tokens=result.prompt_tokens)
+            body = encode()
+        else:
+            body = await asyncio.get_running_loop().run_in_executor(None, encode)
+        headers = space_header(result.space) + current().timing_headers()
+        return Response(body, headers=headers, tokens=result.prompt_tokens)
 
     @routes.route("POST", "/v1/rerank", tags=["Rerank (Cohere v1, Jina)"],
                   summary="Rank documents against a query",

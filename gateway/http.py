@@ -6,7 +6,9 @@ Owns registering a handler (`Routes.route`): FastAPI routes it and documents it 
 validate by hand (gateway/schema.py and the other APIs' modules), which measured faster than
 FastAPI's own body parsing. Around every handler: the error it raised becomes the answer in the
 shape of the route's API (gateway/http_errors.py), one latency observation per request under
-its route and final status, and the access log (gateway/access_log.py). A request whose client
+its route and final status, and the access log (gateway/access_log.py). Every request gets a
+`RequestContext` (gateway/request_context.py: its id, from the client's X-Request-Id or new, and
+its timings), and every answer echoes the id in X-Request-Id. A request whose client
 went away (gateway/uvicorn_server.py cancels its task) is recorded as 499 and logged once at
 INFO. No route or no such method is 404 or 405 in OpenAI's shape. Knows nothing about
 embeddings or sockets.
@@ -31,6 +33,10 @@ from hedgerow.gateway import http_errors
 from hedgerow.gateway.access_log import AccessLog
 from hedgerow.gateway.errors import RequestError, StoppingError
 from hedgerow.gateway.http_errors import Style
+from hedgerow.gateway.request_context import (
+    CURRENT, REQUEST_ID_HEADER, RequestContext, current, request_id,
+)
+from hedgerow.tracing import REQUEST_ID_ATTRIBUTE, Tracing
 from hedgerow.gateway.uvicorn_server import CLIENT_CLOSED_REQUEST, GONE_KEY, TASK_KEY
 from hedgerow.logs import fields
 
@@ -158,10 +164,11 @@ class _RawRoute(APIRoute):
 class Routes:
     """Registers handlers on `app`, each guarded as the module docstring says."""
 
-    def __init__(self, app: GatewayApp, observe: Observe, access_log: AccessLog | None = None
-                 ) -> None:
+    def __init__(self, app: GatewayApp, observe: Observe, access_log: AccessLog | None = None,
+                 tracing: Tracing | None = None) -> None:
         self._app = app
         self._observe = observe
+        self._tracing = tracing
         self._access_log = access_log or AccessLog(0.0)
         self._styles: dict[str, Style] = {}  # route -> the error shape it answers in
         app.add_exception_handler(HTTPException, self._unrouted)
@@ -187,12 +194,17 @@ class Routes:
         return register
 
     def _guarded(self, handler: Handler, method: str, route: str, style: Style) -> Handler:
-        observe, access_log = self._observe, self._access_log
+        observe, access_log, tracing = self._observe, self._access_log, self._tracing
+        if tracing is not None:
+            handler = _traced(handler, tracing, method, route)
 
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             scope = request.scope
             scope[TASK_KEY] = asyncio.current_task()
+            context = RequestContext(request_id(request.headers.get(REQUEST_ID_HEADER)), started,
+                                     tracing)
+            CURRENT.set(context)  # the request's own task: no other request sees it
             try:
                 response = await handler(request)
             except ClientDisconnect:  # left while sending: counted by the server as "unread"
@@ -210,7 +222,7 @@ class Routes:
                 status, body, headers = http_errors.answer_for(
                     StoppingError(STOPPING_MESSAGE), scope.get(STYLE_KEY, style))
                 observe(route, status, elapsed)
-                return Response(body, status, headers=headers)
+                return Response(body, status, headers=(*headers, _id_header(context.request_id)))
             except HedgerowError as error:
                 status, body, headers = http_errors.answer_for(error, scope.get(STYLE_KEY, style))
                 response = Response(body, status, headers=headers)
@@ -219,9 +231,11 @@ class Routes:
                                            path=scope["path"]))
                 status, body, headers = http_errors.internal_error(style)
                 response = Response(body, status, headers=headers)
+            response.raw_headers.append(_id_header(context.request_id))
             elapsed = time.perf_counter() - started
             observe(route, response.status_code, elapsed)
-            access_log.record(method, route, response.status_code, response.tokens, elapsed)
+            access_log.record(method, route, response.status_code, response.tokens, elapsed,
+                              context.request_id, scope)
             return response
 
         endpoint.__name__ = handler.__name__
@@ -241,4 +255,28 @@ class Routes:
         status, body, headers = http_errors.answer_for(
             http_errors.RouteError(error.status_code, message, headers=extra), style)
         self._observe("unmatched", status, 0.0)
-        return Response(body, status, headers=headers)
+        rid = request_id(request.headers.get(REQUEST_ID_HEADER))
+        return Response(body, status, headers=(*headers, _id_header(rid)))
+
+
+def _traced(handler: Handler, tracing: Tracing, method: str, route: str) -> Handler:
+    """`handler` inside the request's span (the root of its trace in this gateway; a child of
+    the client's when it sent a `traceparent`), named and labelled by the route and the id."""
+
+    async def traced(request: Request) -> Response:
+        parent = tracing.remote_parent(
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in request.scope["headers"] if name in (b"traceparent",
+                                                                     b"tracestate"))
+        with tracing.span(f"{method} {route}", kind=tracing.kind.SERVER, parent=parent,
+                          attributes={"http.request.method": method, "http.route": route,
+                                      REQUEST_ID_ATTRIBUTE: current().request_id}) as span:
+            response = await handler(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    return traced
+
+
+def _id_header(rid: str) -> tuple[bytes, bytes]:
+    return (b"x-request-id", rid.encode())

@@ -1,7 +1,10 @@
 """The gateway's Prometheus metrics, in a registry owned by one app (no global state).
 
 Owns the metric names and labels: tokens offered and embedded, request latency by route and status,
-tokenization time, in-flight tokens and chunks per replica, ready replicas, and retries. With
+tokenization time, in-flight tokens and chunks per replica, ready replicas, and retries. Every
+name starts `hedgerow_gateway_` (the server's start `hedgerow_server_`), so no name means two
+things; `hedgerow_build_info` is the one both export, with one meaning. The token and input
+counters carry the served model's name (`model`). With
 several worker processes (`--workers`), each worker writes its samples to files in a shared
 directory (prometheus-client's multiprocess mode, switched on by PROMETHEUS_MULTIPROC_DIR in
 the workers' environment, which `hedgerow gateway` sets) and /metrics, answered by any worker,
@@ -14,6 +17,7 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from hedgerow.build_info import build_info
 from hedgerow.gateway.workers import MULTIPROCESS_DIR
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -29,44 +33,50 @@ def multiprocess() -> bool:
 class GatewayMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "") -> None:
+        """`model`: the served model's name, the `model` label of the token counters."""
         self.registry = CollectorRegistry()
         r = self.registry
+        build_info(r, "gateway")
         self.tokens = Counter(
-            "hedgerow_tokens", "Tokens sent to servers for embedding, templates included.",
-            registry=r)
+            "hedgerow_gateway_tokens", "Tokens of embedding requests answered, templates "
+            "included, by served model.", ("model",), registry=r).labels(model)
         self.inputs = Counter(
-            "hedgerow_inputs", "Inputs (sequences) embedded.", registry=r)
+            "hedgerow_gateway_inputs", "Inputs (sequences) of embedding requests answered, by "
+            "served model.", ("model",), registry=r).labels(model)
         # The `offered` autoscaling signal (operator/token_signals.py): counted at admission,
         # so a surge shows in full even while the servers are saturated and 429 is answered.
         self.offered_tokens = Counter(
-            "hedgerow_offered_tokens",
+            "hedgerow_gateway_offered_tokens",
             "Tokens of every embedding and rerank request that reached admission, admitted or "
-            "refused (the autoscaling signal that does not saturate at the fleet's capacity).",
-            registry=r)
+            "refused (the autoscaling signal that does not saturate at the fleet's capacity), "
+            "by served model.", ("model",), registry=r).labels(model)
         self.request_seconds = Histogram(
-            "hedgerow_request_seconds",
+            "hedgerow_gateway_request_seconds",
             "HTTP request latency, by route and status (499: the client went away).",
             ("route", "status"), buckets=LATENCY_BUCKETS, registry=r)
         self.tokenize_seconds = Histogram(
-            "hedgerow_tokenize_seconds", "Time to tokenize one request, queueing included.",
+            "hedgerow_gateway_tokenize_seconds",
+            "Time to tokenize one request, queueing included.",
             buckets=TOKENIZE_BUCKETS, registry=r)
         self.in_flight_tokens = Gauge(
-            "hedgerow_replica_in_flight_tokens", "Tokens sent to a replica and not yet answered.",
+            "hedgerow_gateway_replica_in_flight_tokens",
+            "Tokens sent to a replica and not yet answered.",
             ("replica",), registry=r, multiprocess_mode="livesum")
         self.chunks = Counter(
-            "hedgerow_chunks", "Chunks sent, by replica and outcome.",
+            "hedgerow_gateway_chunks", "Chunks sent, by replica and outcome.",
             ("replica", "outcome"), registry=r)
         self.retries = Counter(
-            "hedgerow_retries", "Chunk retries, by the code of the failure that caused each.",
+            "hedgerow_gateway_retries",
+            "Chunk retries, by the code of the failure that caused each.",
             ("code",), registry=r)
         self.refused = Counter(
-            "hedgerow_admission_refused",
+            "hedgerow_gateway_admission_refused",
             "Requests answered 429 at once because their estimated wait for the servers was "
             "past --max-queue-seconds or their deadline.", registry=r)
         self.ready_replicas = Gauge(
-            "hedgerow_ready_replicas", "Replicas SERVING with their Info known.", registry=r,
-            multiprocess_mode="livemin")
+            "hedgerow_gateway_ready_replicas", "Replicas SERVING with their Info known.",
+            registry=r, multiprocess_mode="livemin")
         # Labelled children, looked up once each (labels() takes a lock and hashes).
         self._latency: dict[tuple[str, int], Histogram] = {}
         self._in_flight: dict[str, Gauge] = {}

@@ -4,8 +4,11 @@ Owns the facts the gateway needs to validate and template requests: the served n
 (`embed`, or `rerank` for a cross-encoder), the embedding width, the longest sequence, the
 vocabulary size and the query/document templates. They are read from the model directory at start
 (config.json, sentence_bert_config.json, config_sentence_transformers.json) and refined by the
-first server's `Info` answer, which is authoritative for what the server will accept. Knows nothing
-about HTTP or routing.
+first server's `Info` answer, which is authoritative for what the server will accept. Also owns
+the rule for Matryoshka truncation: a model declares it was trained for it with
+`matryoshka_dimensions` (a list of the widths it was trained at, as vLLM and Jina's models spell
+it) or `is_matryoshka: true` (any width), in config.json or config_sentence_transformers.json;
+`truncation_problem` says why a width may not be asked for. Knows nothing about HTTP or routing.
 """
 
 import dataclasses
@@ -31,6 +34,50 @@ class ModelCard:
     templates: dict[str, str]       # input_type -> prefix prepended before tokenizing
     max_request_tokens: int | None  # the server's per-request cap, from Info
     task: str = "embed"             # embed | rerank (hedgerow.model_files.TASKS)
+    # Matryoshka: None, not declared; () declared for any width; else the widths declared.
+    matryoshka: tuple[int, ...] | None = None
+
+
+MATRYOSHKA_FILES = ("config.json", "config_sentence_transformers.json")
+
+
+def read_matryoshka(model_dir: Path, configs: dict[str, dict[str, Any]]
+                    ) -> tuple[int, ...] | None:
+    """The Matryoshka declaration of `configs` (file name -> its JSON object; see the module
+    docstring). ModelLoadError for a `matryoshka_dimensions` that is no list of positive
+    integers."""
+    declared: tuple[int, ...] | None = None
+    for name in MATRYOSHKA_FILES:
+        config = configs.get(name, {})
+        widths = config.get("matryoshka_dimensions")
+        if widths is not None:
+            if not (isinstance(widths, list) and widths and all(
+                    isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)):
+                raise ModelLoadError(f"{model_dir / name}: matryoshka_dimensions is {widths!r}; "
+                                     "it must be a list of positive integers (the widths the "
+                                     "model was trained at)")
+            return tuple(sorted(set(widths)))
+        if config.get("is_matryoshka") is True:
+            declared = ()
+    return declared
+
+
+def truncation_problem(card: ModelCard, dimensions: int, allow_any: bool) -> str | None:
+    """Why `dimensions` (between 1 and the width) may not be asked of this model, or None."""
+    if allow_any or dimensions == card.dimensions:
+        return None
+    if card.matryoshka is None:
+        return (f"dimensions is {dimensions}, but {card.name} declares no Matryoshka training "
+                "(no matryoshka_dimensions or is_matryoshka in its config.json or "
+                "config_sentence_transformers.json), and its first dimensions alone are a poor "
+                "embedding; leave dimensions out, or start the gateway with "
+                "--allow-truncated-dimensions to truncate anyway")
+    if card.matryoshka and dimensions not in card.matryoshka:
+        widths = ", ".join(str(w) for w in card.matryoshka)
+        return (f"dimensions is {dimensions}; {card.name} was trained for Matryoshka "
+                f"truncation to {widths} (its matryoshka_dimensions) or its full width "
+                f"{card.dimensions}; --allow-truncated-dimensions accepts any width")
+    return None
 
 
 def _positive(config: dict[str, Any], key: str) -> int | None:
@@ -51,8 +98,9 @@ def load_card(
     with readable(model_dir):
         if not (model_dir / "tokenizer.json").is_file():
             raise ModelLoadError(f"{model_dir}: no tokenizer.json, which the gateway needs")
-        config_path = model_dir / "config.json"
-        config = read_object(config_path) if config_path.is_file() else {}
+        configs = {name: read_object(model_dir / name) for name in MATRYOSHKA_FILES
+                   if (model_dir / name).is_file()}
+        config = configs.get("config.json", {})
         st = read_sentence_transformers(model_dir)
     max_tokens = st.max_seq_length or _positive(config, "max_position_embeddings") or 512
     if config.get("model_type") in ("roberta", "xlm-roberta") and st.max_seq_length is None:
@@ -69,7 +117,8 @@ def load_card(
         vocab_size=_positive(config, "vocab_size"),
         templates=templates,
         max_request_tokens=None,
-        task=model_task(config, config_path),
+        task=model_task(config, model_dir / "config.json"),
+        matryoshka=read_matryoshka(model_dir, configs),
     )
 
 

@@ -66,13 +66,16 @@ class Replica:
     """One server: its channel, stubs, health, Info and in-flight tokens."""
 
     def __init__(self, address: str, *, on_info: InfoCallback, on_status: StatusCallback,
-                 retry_interval: float, security: ChannelSecurity | None = None) -> None:
+                 retry_interval: float, security: ChannelSecurity | None = None,
+                 interceptors: tuple = ()) -> None:
         self.address = address
         if security is None:
-            self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS,
+                                                     interceptors=interceptors)
         else:
             self.channel = grpc.aio.secure_channel(address, security.credentials,
-                                                   options=CHANNEL_OPTIONS + security.options)
+                                                   options=CHANNEL_OPTIONS + security.options,
+                                                   interceptors=interceptors)
         self.embedder = embed_pb2_grpc.EmbedderStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.info: embed_pb2.InfoResponse | None = None
@@ -181,8 +184,10 @@ class ReplicaSet:
         on_removed: Callable[[str], None] = lambda address: None,
         tls: TlsFiles | None = None,
         tls_server_name: str | None = None,
+        interceptors: tuple = (),  # every channel's gRPC client interceptors (tracing)
     ) -> None:
         self._static = tuple(servers)
+        self._interceptors = interceptors
         self._security = None if tls is None else ChannelSecurity(tls, tls_server_name)
         self._dns = parse_address(service_dns, "--service-dns") if service_dns else None
         self._dns_interval = dns_interval
@@ -208,7 +213,8 @@ class ReplicaSet:
         for address in sorted(wanted - self.replicas.keys()):
             log.info("%s", fields(event="replica.added", replica=address))
             replica = Replica(address, on_info=self._on_info, on_status=self._on_status,
-                              retry_interval=self._health_interval, security=self._security)
+                              retry_interval=self._health_interval, security=self._security,
+                              interceptors=self._interceptors)
             self.replicas[address] = replica
             replica.start()
         for address in sorted(self.replicas.keys() - wanted):

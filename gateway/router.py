@@ -52,6 +52,7 @@ from hedgerow.gateway.errors import (
     UpstreamOverloadedError,
 )
 from hedgerow.gateway.metrics import GatewayMetrics
+from hedgerow.gateway.request_context import current
 from hedgerow.gateway.replicas import Replica
 from hedgerow.gateway.tokenizer import Pairs, Sequences
 from hedgerow.logs import fields
@@ -475,6 +476,8 @@ class Router:
         """Call `method` with `request` on the least-loaded replica of `space` (None: any)
         with room, retrying as the module docstring says."""
         loop = asyncio.get_running_loop()
+        context = current()  # the request's id travels as metadata; its timing comes back
+        metadata = context.metadata() if context is not None else None
         unavailable: list[Replica] = []  # left out of this chunk's further tries
         busy_answers = 0
         while True:
@@ -485,7 +488,8 @@ class Router:
                 if remaining <= 0:
                     raise DeadlineError("the request's deadline passed before all its chunks "
                                         "were answered")
-                response = await getattr(replica.embedder, method)(request, timeout=remaining)
+                response = await getattr(replica.embedder, method)(request, timeout=remaining,
+                                                                   metadata=metadata)
                 ok = True
             except grpc.aio.AioRpcError as error:
                 code = error.code()
@@ -531,6 +535,8 @@ class Router:
                 continue
             self._count_chunk(replica, "OK")
             replica.failures = 0
+            if context is not None:
+                context.server_timing(response.timing)
             return response
 
     def _failed(self, replica: Replica, reason: str) -> None:

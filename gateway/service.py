@@ -9,6 +9,7 @@ which the first server's Info refines. Knows nothing about HTTP: routes convert 
 back.
 """
 
+import contextlib
 import dataclasses
 import time
 
@@ -17,7 +18,8 @@ import numpy as np
 from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import ModelNotFoundError, RequestError
 from hedgerow.gateway.metrics import GatewayMetrics
-from hedgerow.gateway.model_card import ModelCard, refine_with_info
+from hedgerow.gateway.model_card import ModelCard, refine_with_info, truncation_problem
+from hedgerow.gateway.request_context import current
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.schema import Inputs, check_token_range, parse_inputs
 from hedgerow.gateway_settings import GatewaySettings
@@ -96,6 +98,8 @@ class EmbeddingService:
                                code="wrong_task")
 
     def check_dimensions(self, dimensions: int | None) -> None:
+        """`dimensions` is within the width and, below it, allowed for this model (see
+        gateway/model_card.py, `truncation_problem`)."""
         if dimensions is None:
             return
         width = self.card.dimensions
@@ -103,6 +107,10 @@ class EmbeddingService:
             limit = f"between 1 and {width}" if width else "at least 1"
             raise RequestError(f"dimensions is {dimensions}; it must be {limit}",
                                param="dimensions", code="invalid_value")
+        problem = truncation_problem(self.card, dimensions,
+                                     self.settings.allow_truncated_dimensions)
+        if problem is not None:
+            raise RequestError(problem, param="dimensions", code="dimensions_not_supported")
 
     def chunk_budget(self) -> int:
         """Tokens one chunk may carry: --chunk-tokens, capped by the server's per-request limit."""
@@ -119,9 +127,14 @@ class EmbeddingService:
         started = time.perf_counter()
         if truncate is None:
             truncate = self.settings.truncate
-        sequences = await self.tokenizer.encode(texts, template=template, max_tokens=max_tokens,
-                                                truncate=truncate)
-        self.metrics.tokenize_seconds.observe(time.perf_counter() - started)
+        context = current()
+        with context.span("tokenize") if context is not None else contextlib.nullcontext():
+            sequences = await self.tokenizer.encode(texts, template=template,
+                                                    max_tokens=max_tokens, truncate=truncate)
+        elapsed = time.perf_counter() - started
+        self.metrics.tokenize_seconds.observe(elapsed)
+        if context is not None:
+            context.tokenize_s += elapsed
         empty = next((i for i, n in enumerate(sequences.lengths) if n == 0), None)
         if empty is not None:  # e.g. only control characters, and no [CLS]/[SEP] in the tokenizer
             where = param if param == "query" else f"{param}[{empty}]"

@@ -16,7 +16,8 @@ protocol class (`uvicorn.Config(http=...)`), subclassed here:
   head and the body separately, which cost the gateway a third of its time per short request;
 - a stop that closes uploads in progress at once (a stalled upload is not waited for), lets
   requests already read finish within the grace, then cancels what is left.
-The answers it makes itself are in OpenAI's error shape and counted under route "unread".
+The answers it makes itself are in OpenAI's error shape, carry the request's X-Request-Id (the
+client's, when its headers had arrived, else a new one) and are counted under route "unread".
 """
 
 import asyncio
@@ -32,6 +33,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from hedgerow.gateway import http_errors
+from hedgerow.gateway.request_context import REQUEST_ID_HEADER, request_id
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway.http")
@@ -233,9 +235,11 @@ class GuardedProtocol(HttpToolsProtocol):
         body = http_errors.error_body(message, "invalid_request_error",
                                       code=http_errors.PROTOCOL_CODES.get(status))
         retry = b"retry-after: 1\r\n" if status == 503 else b""
+        sent = dict(self.headers).get(REQUEST_ID_HEADER.encode()) if self._receiving else None
+        rid = request_id(sent.decode("latin-1") if sent is not None else None).encode()
         self.transport.write(b"%scontent-type: application/json\r\ncontent-length: %d\r\n%s"
-                             b"connection: close\r\n\r\n%s"
-                             % (STATUS_LINE[status], len(body), retry, body))
+                             b"x-request-id: %s\r\nconnection: close\r\n\r\n%s"
+                             % (STATUS_LINE[status], len(body), retry, rid, body))
         self.transport.close()
 
 

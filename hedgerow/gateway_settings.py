@@ -10,7 +10,7 @@ gateway pods' environment from these same definitions.
 import dataclasses
 from pathlib import Path
 
-from hedgerow import tls
+from hedgerow import tls, tracing
 from hedgerow.errors import ConfigError
 from hedgerow.logs import LOG_LEVELS, format_setting
 from hedgerow.settings import setting
@@ -59,6 +59,14 @@ class GatewaySettings:
         "that send ids unasked (LangChain's OpenAIEmbeddings by default) tokenize with "
         "OpenAI's tiktoken, whose ids name other tokens in this model's vocabulary and would "
         "embed as other words.",
+    )
+    allow_truncated_dimensions: bool = setting(
+        False,
+        "Accept `dimensions` (Cohere's `output_dimension`) below the width for any model. Off, "
+        "only a model that declares Matryoshka training (`matryoshka_dimensions` or "
+        "`is_matryoshka` in its config.json or config_sentence_transformers.json) may be "
+        "truncated, to a width it lists; others get 400: the leading dimensions of a model "
+        "not trained for it are a poor embedding.",
     )
     chunk_tokens: int = setting(
         2048,
@@ -168,10 +176,11 @@ class GatewaySettings:
     )
     access_log_sample: float = setting(
         1.0,
-        "Fraction of requests that get an access-log line at INFO (method, route, status, "
-        "tokens, milliseconds; logger hedgerow.gateway.access): 1 logs every request, 0.01 "
-        "one in a hundred at random, 0 none. A line costs 10-20 microseconds of CPU (about 1-2% "
-        "of the gateway's own time per short request); an unsampled request almost none.",
+        "Fraction of requests that get an access-log line at INFO (request id, method, route, "
+        "status, tokens, milliseconds, client address, user agent; logger "
+        "hedgerow.gateway.access): 1 logs every request, 0.01 one in a hundred at random, 0 "
+        "none. A line costs 10-30 microseconds of CPU (about 1-3% of the gateway's own time "
+        "per short request); an unsampled request almost none.",
         unit="fraction", minimum=0, maximum=1,
     )
     docs: bool = setting(
@@ -189,6 +198,7 @@ class GatewaySettings:
         "Unset: the host of each address.",
         pattern=r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?", pattern_help="a DNS name",
     )
+    otlp_endpoint: str | None = tracing.endpoint_setting("gateway")
     log_level: str = setting("info", "Log level.", choices=LOG_LEVELS)
     log_format: str = format_setting()
 

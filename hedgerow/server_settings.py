@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hedgerow import tls
+from hedgerow import tls, tracing
 from hedgerow.errors import ConfigError
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.logs import LOG_LEVELS, format_setting
@@ -153,6 +153,7 @@ class ServerSettings:
     tls_cert: Path | None = tls.cert_setting("server")
     tls_key: Path | None = tls.key_setting("server")
     tls_ca: Path | None = tls.ca_setting("server")
+    otlp_endpoint: str | None = tracing.endpoint_setting("server")
     log_level: str = setting("info", "Log verbosity.", choices=LOG_LEVELS)
     log_format: str = format_setting()
 

@@ -24,10 +24,10 @@ AUTOSCALING = obj(
                          "prometheusAddress, with the same target and behavior).",
                          default="hpa", enum=ENGINES),
         "signal": string("The token rate that decides: offered (the gateways' "
-                         "hedgerow_offered_tokens_total, every request that reached "
+                         "hedgerow_gateway_offered_tokens_total, every request that reached "
                          "admission, admitted or refused) or served (the servers' "
-                         "hedgerow_tokens_total, which saturates at the fleet's capacity, "
-                         "so a surge is seen one step of replicas at a time).",
+                         "hedgerow_server_tokens_total, which saturates at the fleet's "
+                         "capacity, so a surge is seen one step of replicas at a time).",
                          default="offered", enum=tuple(token_signals.SIGNALS)),
         "minReplicas": integer("Fewest server replicas.", default=1, minimum=1, maximum=1000),
         "maxReplicas": integer("Most server replicas.", default=4, minimum=1, maximum=1000),

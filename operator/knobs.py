@@ -59,6 +59,7 @@ SERVER = (
     Knob("graphs.hotSet", GpuSettings, "graph_hot_set", shapes=True),
     Knob("graphs.memoryLimitMiB", GpuSettings, "graph_memory_limit_mib"),
     Knob("logFormat", ServerSettings, "log_format"),
+    Knob("otlpEndpoint", ServerSettings, "otlp_endpoint"),
 )
 
 # spec.model's: the task the servers serve (left out: the checkpoint's, the server's `auto`).
@@ -75,9 +76,11 @@ GATEWAY = (
     Knob("templates.document", GatewaySettings, "document_template"),
     Knob("modelAliases", GatewaySettings, "served_model_aliases"),
     Knob("acceptTokenIds", GatewaySettings, "accept_token_ids"),
+    Knob("allowTruncatedDimensions", GatewaySettings, "allow_truncated_dimensions"),
     Knob("accessLogSample", GatewaySettings, "access_log_sample"),
     Knob("ejectAfterFailures", GatewaySettings, "eject_after_failures"),
     Knob("logFormat", GatewaySettings, "log_format"),
+    Knob("otlpEndpoint", GatewaySettings, "otlp_endpoint"),
 )
 
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}

@@ -7,17 +7,16 @@ them equal to METRICS_QUERY and SERIES_QUERIES) and the KEDA trigger (build_keda
 the rate through `adapter_query`, which fills the rule's template as prometheus-adapter fills it.
 Knows nothing about HPAs, ScaledObjects or the CRD.
 
-- `served`: `hedgerow_tokens_total` of the *servers* (tokens the engines ran), summed over the
-  pods behind the server headless Service `<name>-server`. It saturates at the fleet's
+- `served`: `hedgerow_server_tokens_total` of the *servers* (tokens the engines ran), summed
+  over the pods behind the server headless Service `<name>-server`. It saturates at the fleet's
   capacity: under a surge it reads what the fleet managed, not what was asked.
-- `offered`: `hedgerow_offered_tokens_total` of the *gateways* (tokens of every embedding
-  request that reached admission, admitted or refused with 429), summed over the pods behind
-  the gateway Service `<name>`. It sees a surge in full, before any server has joined.
+- `offered`: `hedgerow_gateway_offered_tokens_total` of the *gateways* (tokens of every
+  embedding request that reached admission, admitted or refused with 429), summed over the pods
+  behind the gateway Service `<name>`. It sees a surge in full, before any server has joined.
 
-The gateways export a `hedgerow_tokens_total` of their own (tokens they sent and got answers
-for): the served signal must read the servers' series only. The CRD refuses resource names
-ending in `-server`, so the gateway Service `<name>` never matches SERVER_SERVICES, and the
-adapter's `service="<name>-server"` matcher selects the servers' series alone.
+Each component's metrics have names of their own (`hedgerow_server_*`, `hedgerow_gateway_*`),
+so a signal's series query names exactly one component's counter, and `service` only says which
+fleet's pods it sums.
 """
 
 import dataclasses
@@ -29,8 +28,6 @@ SignalName = Literal["offered", "served"]
 # recording rules): the HPA sees a change in full one window after it happens.
 RATE_WINDOW = "1m"
 RATE_WINDOW_SECONDS = 60
-# Every server headless Service the operator creates, and no gateway Service.
-SERVER_SERVICES = ".+-server"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +44,11 @@ class Signal:
         return f"{resource_name}-server" if self.component == "server" else resource_name
 
 
-SERVED = Signal("served", "hedgerow_tokens_total", "hedgerow_tokens_per_second", "server",
-                f'hedgerow_tokens_total{{namespace!="",service=~"{SERVER_SERVICES}"}}')
-OFFERED = Signal("offered", "hedgerow_offered_tokens_total",
+SERVED = Signal("served", "hedgerow_server_tokens_total", "hedgerow_tokens_per_second",
+                "server", 'hedgerow_server_tokens_total{namespace!="",service!=""}')
+OFFERED = Signal("offered", "hedgerow_gateway_offered_tokens_total",
                  "hedgerow_offered_tokens_per_second", "gateway",
-                 'hedgerow_offered_tokens_total{namespace!="",service!=""}')
+                 'hedgerow_gateway_offered_tokens_total{namespace!="",service!=""}')
 SIGNALS: dict[str, Signal] = {signal.name: signal for signal in (OFFERED, SERVED)}
 
 # The adapter rule's metricsQuery (prometheus-adapter's Go template, `<<` `>>` delimiters).

@@ -34,8 +34,9 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from hedgerow.addresses import check_can_listen, host_port
-from hedgerow.defaults import default_model_path
+from hedgerow.defaults import default_model_path, model_name
 from hedgerow.errors import ConfigError, HedgerowError
+from hedgerow import tracing
 from hedgerow.golden_set import GoldenSet
 from hedgerow.logs import fields
 from hedgerow.server import affinity, golden_check, space
@@ -152,7 +153,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     for signum in (signal.SIGTERM, signal.SIGINT):
         running.add_signal_handler(signum, stop.set)
 
-    state = ServerState(settings=settings, metrics=ServerMetrics())
+    state = ServerState(settings=settings, metrics=ServerMetrics(
+        model_name(Path(settings.model or default_model_path()))))
     failed = asyncio.Event()  # the loop failed the engine
     health = HealthServicer()
     for name in HEALTH_SERVICES:
@@ -165,7 +167,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
         log.info("%s", fields(event="server.cpus", io=sorted(cpus.io),
                               engine=sorted(cpus.engine)))
     server = grpc.aio.server(options=grpc_options(settings))
-    add_to_server(EmbedderService(state), server)
+    traces = tracing.setup("server", settings.otlp_endpoint)
+    add_to_server(EmbedderService(state, traces), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(REFLECTED_SERVICES, server)
     address = host_port(settings.host, settings.port)
@@ -215,6 +218,8 @@ async def serve(settings: ServerSettings, gpu_settings: Any = None,
     finally:
         http.close()
         await http.wait_closed()
+        if traces is not None:
+            traces.close()
 
 
 async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any],
@@ -237,6 +242,8 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
         await threads.close()
         raise
     threads.engine = engine
+    if str(engine.info.device).startswith("cuda"):
+        watch_device_memory(state.metrics, engine.info.device)
     probe = Probe(engine.info.vocab_size, settings.probe_min_cosine)
     await threads.run(probe.take_reference, engine)
     threads.probe = probe
@@ -247,6 +254,15 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     state.space_field = space_field(state.space.fingerprint)
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True
+
+
+def watch_device_memory(metrics: ServerMetrics, device: Any) -> None:
+    """The GPU's memory gauges, read from torch's caching allocator at each scrape (no device
+    synchronisation: the allocator's own counters)."""
+    import torch
+
+    metrics.watch_device_memory(lambda: torch.cuda.memory_allocated(device),
+                                lambda: torch.cuda.memory_reserved(device))
 
 
 async def _set_serving(state: ServerState, health: HealthServicer) -> None:

@@ -142,10 +142,21 @@ def space_field(fingerprint: str) -> bytes:
     return b"\x2a" + _varint(len(data)) + data if data else b""
 
 
+def timing_field(queue_us: int, inference_us: int) -> bytes:
+    """EmbedResponse's `timing` (field 6, a Timing message) as wire bytes."""
+    inner = b""
+    if queue_us:
+        inner += b"\x08" + _varint(queue_us)                            # 1: queue_us
+    if inference_us:
+        inner += b"\x10" + _varint(inference_us)                        # 2: inference_us
+    return b"\x32" + _varint(len(inner)) + inner if inner else b""
+
+
 def encode_embeddings(rows: np.ndarray, options: EmbedOptions, prompt_tokens: int,
-                      space: bytes = b"") -> bytes:
+                      space: bytes = b"", timing: bytes = b"") -> bytes:
     """Pooled rows float32 [B, D] -> the bytes of an EmbedResponse holding little-endian
-    [B, d] of options.dtype; `space` is `space_field`'s bytes, appended as they are.
+    [B, d] of options.dtype; `space` is `space_field`'s bytes and `timing` `timing_field`'s,
+    appended as they are.
 
     The fields are written by hand (protobuf's wire format: tag, length, payload) so that the
     embedding bytes are copied once, from the rows into the answer.
@@ -163,7 +174,7 @@ def encode_embeddings(rows: np.ndarray, options: EmbedOptions, prompt_tokens: in
         tail += b"\x18" + _varint(options.dtype)                       # 3: dtype
     if prompt_tokens:
         tail += b"\x20" + _varint(prompt_tokens)                       # 4: prompt_tokens
-    return b"".join((head, memoryview(values).cast("B"), tail, space))  # 5: space
+    return b"".join((head, memoryview(values).cast("B"), tail, space, timing))  # 5, 6
 
 
 def decode_embeddings(response: embed_pb2.EmbedResponse) -> np.ndarray:

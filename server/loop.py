@@ -187,6 +187,7 @@ class EmbedLoop:
                 continue
             for entry in batch.entries:
                 if entry.index == 0:
+                    entry.request.batched = now
                     self._metrics.record(self._metrics.queue_seconds.observe,
                                          now - entry.request.arrival)
             self.steps += 1

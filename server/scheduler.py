@@ -30,6 +30,8 @@ class Request:
     `lengths[i]` its token count. `deadline` is on the caller's clock; None means none.
     `handle` is the caller's (a future, say) and `ragged` what the engine needs for the whole
     request at once, when it rides in one batch; the scheduler never looks inside either.
+    `batched` is when (on the caller's clock) its first sequence was put in a batch, set by
+    the caller.
     """
 
     payloads: list[Any]
@@ -38,6 +40,7 @@ class Request:
     arrival: float = 0.0
     handle: Any = None
     ragged: Any = None
+    batched: float | None = None
     state: str = PENDING
     rows: list[Any] = field(default_factory=list)
     remaining: int = 0          # sequences without a row yet

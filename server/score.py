@@ -67,8 +67,10 @@ def rank(rows: np.ndarray, query: ScoreQuery, device: str | torch.device
 
 
 def encode_scores(indices: torch.Tensor, scores: torch.Tensor, prompt_tokens: int,
-                  space: str = "") -> embed_pb2.ScoreResponse:
+                  space: str = "", queue_us: int = 0, inference_us: int = 0
+                  ) -> embed_pb2.ScoreResponse:
     """(indices int64 [k], scores float32 [k]) -> ScoreResponse, order kept, with the
-    fingerprint of the space the scores were computed in."""
-    return embed_pb2.ScoreResponse(indices=indices.tolist(), scores=scores.tolist(),
-                                   prompt_tokens=prompt_tokens, space=space)
+    fingerprint of the space the scores were computed in and where the request's time went."""
+    return embed_pb2.ScoreResponse(
+        indices=indices.tolist(), scores=scores.tolist(), prompt_tokens=prompt_tokens,
+        space=space, timing=embed_pb2.Timing(queue_us=queue_us, inference_us=inference_us))

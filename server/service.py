@@ -8,11 +8,15 @@ query and its documents (server/score.py), then ranks the documents by cosine on
 thread (device work never runs elsewhere). `Rerank` scores query-document pairs with a
 cross-encoder (server/rerank.py) and ranks them the same way; `EmbedSparse` answers BGE-M3's
 lexical weights (server/sparse.py). Embed and Score serve a model of task `embed` only, Rerank
-one of task `rerank`, EmbedSparse one of task `sparse`: the other gets INVALID_ARGUMENT naming the
-model's task. `Info` reports the engine's model, its task and the fingerprint of its embedding
-space. Every HedgerowError becomes its status code in `_abort`; nothing else is
-caught. `add_to_server` registers it with decoders that turn bytes that are no valid message
-into INVALID_ARGUMENT. The servicer knows nothing about batching or the engine's internals.
+one of task `rerank`, EmbedSparse one of task `sparse`: the other gets INVALID_ARGUMENT naming
+the model's task. `Info` reports the engine's model, its task and the fingerprint of its
+embedding space. Every embedding and score answer says where the request's time went
+(`timing`: queue wait and inference). The gateway's request id arrives as the call's
+`x-request-id` metadata; it is read only for a log line: the DEBUG line `request.done` each
+call writes at --log-level debug, and the ERROR line `request.failed`. Every HedgerowError
+becomes its status code in `_abort`; nothing else is caught. `add_to_server` registers it with
+decoders that turn bytes that are no valid message into INVALID_ARGUMENT. The servicer knows
+nothing about batching or the engine's internals.
 """
 
 import asyncio
@@ -30,9 +34,12 @@ from hedgerow.errors import (
     HedgerowError, InvalidInputError, NotReadyError, OverloadedError,
 )
 from hedgerow.logs import fields
+from hedgerow.tracing import REQUEST_ID_ATTRIBUTE, Tracing
 from hedgerow.engine.batch import check_tokens
 from hedgerow.server import metrics as m
-from hedgerow.server.convert import WireBatch, decode_batch, decode_options, encode_embeddings
+from hedgerow.server.convert import (
+    WireBatch, decode_batch, decode_options, encode_embeddings, timing_field,
+)
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
 from hedgerow.server.rerank import decode_rerank, rank_pairs
 from hedgerow.server.sparse import encode_sparse, lexical_weights, special_ids
@@ -43,6 +50,9 @@ from hedgerow.wire import embed_pb2, embed_pb2_grpc
 log = logging.getLogger("hedgerow.server.service")
 
 SERVICE_NAME = embed_pb2.DESCRIPTOR.services_by_name["Embedder"].full_name
+# The gRPC metadata key of the gateway's request id (its X-Request-Id), and the most of it logged.
+REQUEST_ID_KEY = "x-request-id"
+MAX_REQUEST_ID = 128
 
 # A client's deadline timer starts before the call reaches this server, so a client that gives
 # up at its deadline cancels the call while this server's clock still shows a little time left.
@@ -95,6 +105,14 @@ def add_to_server(servicer: "EmbedderService", server: grpc.aio.Server) -> None:
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
+def request_id(context: grpc.aio.ServicerContext) -> str:
+    """The call's `x-request-id` metadata ("" without one), cut to MAX_REQUEST_ID characters."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY:
+            return value[:MAX_REQUEST_ID]
+    return ""
+
+
 def _decoded(request):
     if isinstance(request, UndecodableRequest):
         raise InvalidInputError(request.message)
@@ -102,9 +120,12 @@ def _decoded(request):
 
 
 class EmbedderService(embed_pb2_grpc.EmbedderServicer):
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, tracing: Tracing | None = None) -> None:
         self._state = state
         self._special_ids: frozenset[int] | None = None  # read at the first EmbedSparse
+        self._tracing = tracing
+        # Decided once: the per-request DEBUG line costs nothing unless it is on.
+        self._debug = log.isEnabledFor(logging.DEBUG)
 
     async def Embed(self, request: embed_pb2.EmbedRequest, context: grpc.aio.ServicerContext
                     ) -> embed_pb2.EmbedResponse:
@@ -147,8 +168,13 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         engine, loop = self._ready("embed", "Embed")
         batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
         options = decode_options(request, engine.info.dimensions, engine.info.normalize)
-        rows = await self._rows(loop, batch, context, start)
-        return encode_embeddings(rows, options, batch.num_tokens, self._state.space_field)
+        rows, queue_us, inference_us = await self._rows(loop, batch, context, start)
+        if self._debug:
+            self._log_done(context, "Embed", batch, queue_us, inference_us)
+        if self._tracing is not None:
+            self._trace(context, "Embed", start, queue_us, inference_us)
+        return encode_embeddings(rows, options, batch.num_tokens, self._state.space_field,
+                                 timing_field(queue_us, inference_us))
 
     async def _score(self, request: embed_pb2.ScoreRequest, context: grpc.aio.ServicerContext,
                      start: float) -> embed_pb2.ScoreResponse:
@@ -156,11 +182,15 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         query = decode_score(request, self._state.settings.max_request_tokens,
                              engine.info.dimensions)
         self._checked(query.batch)
-        rows = await self._rows(loop, query.batch, context, start)
+        rows, queue_us, inference_us = await self._rows(loop, query.batch, context, start)
         indices, scores = await self._state.engine_thread.run(rank, rows, query,
                                                               engine.info.device)
+        if self._debug:
+            self._log_done(context, "Score", query.batch, queue_us, inference_us)
+        if self._tracing is not None:
+            self._trace(context, "Score", start, queue_us, inference_us)
         return encode_scores(indices, scores, query.batch.num_tokens,
-                             self._state.space.fingerprint)
+                             self._state.space.fingerprint, queue_us, inference_us)
 
     async def _rerank(self, request: embed_pb2.RerankRequest,
                       context: grpc.aio.ServicerContext, start: float) -> embed_pb2.ScoreResponse:
@@ -170,17 +200,26 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
                               info.token_types)
         self._checked(query.batch)
         batch = query.folded(info.vocab_size, info.token_types)
-        rows = await self._rows(loop, batch, context, start)
+        rows, queue_us, inference_us = await self._rows(loop, batch, context, start)
         indices, scores = await self._state.engine_thread.run(rank_pairs, rows, query.top_n,
                                                               info.device)
-        return encode_scores(indices, scores, batch.num_tokens, self._state.space.fingerprint)
+        if self._debug:
+            self._log_done(context, "Rerank", batch, queue_us, inference_us)
+        if self._tracing is not None:
+            self._trace(context, "Rerank", start, queue_us, inference_us)
+        return encode_scores(indices, scores, batch.num_tokens, self._state.space.fingerprint,
+                             queue_us, inference_us)
 
     async def _embed_sparse(self, request: embed_pb2.EmbedRequest,
                             context: grpc.aio.ServicerContext, start: float
                             ) -> embed_pb2.SparseEmbedResponse:
         _, loop = self._ready("sparse", "EmbedSparse")
         batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
-        rows = await self._rows(loop, batch, context, start)
+        rows, queue_us, inference_us = await self._rows(loop, batch, context, start)
+        if self._debug:
+            self._log_done(context, "EmbedSparse", batch, queue_us, inference_us)
+        if self._tracing is not None:
+            self._trace(context, "EmbedSparse", start, queue_us, inference_us)
         if self._special_ids is None:
             self._special_ids = special_ids(Path(self._state.settings.model
                                                  or default_model_path()))
@@ -195,12 +234,39 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         return batch
 
     async def _rows(self, loop, batch: WireBatch, context: grpc.aio.ServicerContext,
-                    start: float) -> np.ndarray:
-        """Submit the batch with the call's deadline; its rows float32 [B, D]."""
+                    start: float) -> tuple[np.ndarray, int, int]:
+        """Submit the batch with the call's deadline; its rows float32 [B, D], and the
+        microseconds it waited for its first batch and then until its last row was back."""
         remaining = context.time_remaining()
         deadline = None if remaining is None else start + remaining
         pending = loop.submit(batch.input_ids, batch.cu_seqlens, batch.lengths, deadline)
-        return await loop.result(pending)
+        rows = await loop.result(pending)
+        batched = pending.batched if pending.batched is not None else pending.arrival
+        return (rows, int((batched - pending.arrival) * 1e6),
+                int((time.monotonic() - batched) * 1e6))
+
+    def _trace(self, context: grpc.aio.ServicerContext, method: str, start: float,
+               queue_us: int, inference_us: int) -> None:
+        """The call's spans, under the caller's `traceparent`: the call, and inside it the
+        queue wait and the step (batched until its rows were back), recorded after the fact
+        from the times the request measured."""
+        tracing, end = self._tracing, time.monotonic()
+        metadata = context.invocation_metadata() or ()
+        batched = end - inference_us / 1e6
+        call = tracing.finished_span(
+            f"server {method}", tracing.remote_parent(metadata), start, end,
+            kind=tracing.kind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.method": method,
+                        REQUEST_ID_ATTRIBUTE: request_id(context)})
+        tracing.finished_span("queue", call, batched - queue_us / 1e6, batched)
+        tracing.finished_span("step", call, batched, end)
+
+    @staticmethod
+    def _log_done(context: grpc.aio.ServicerContext, method: str, batch: WireBatch,
+                  queue_us: int, inference_us: int) -> None:
+        log.debug("%s", fields(event="request.done", request_id=request_id(context),
+                               method=method, sequences=batch.num_seqs, tokens=batch.num_tokens,
+                               queue_ms=queue_us / 1000, inference_ms=inference_us / 1000))
 
     async def Info(self, request: embed_pb2.InfoRequest, context: grpc.aio.ServicerContext
                    ) -> embed_pb2.InfoResponse:
@@ -252,5 +318,6 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         if count:
             self._state.metrics.requests_by_status[label].inc()
         if code is grpc.StatusCode.INTERNAL:
-            log.error("%s", fields(event="request.failed", error=str(error)))
+            log.error("%s", fields(event="request.failed", request_id=request_id(context),
+                                   error=str(error)))
         await context.abort(code, str(error))

@@ -41,6 +41,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` in Prometheus text `text` whose labels include
+    `labels` (0.0 when there is none): a counter's value whatever other labels it carries."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples
+               if sample.name == name and labels.items() <= sample.labels.items())
+
+
 @pytest.fixture
 def subprocess_env() -> dict[str, str]:
     return child_env()

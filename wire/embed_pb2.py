@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19hedgerow/wire/embed.proto\x12\x0bhedgerow.v1\"\x92\x01\n\x0c\x45mbedRequest\x12\x11\n\tinput_ids\x18\x01 \x01(\x0c\x12\x12\n\ncu_seqlens\x18\x02 \x01(\x0c\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\ndimensions\x18\x04 \x01(\r\x12!\n\x05\x64type\x18\x05 \x01(\x0e\x32\x12.hedgerow.v1.DTypeB\x0c\n\n_normalize\"{\n\rEmbedResponse\x12\x12\n\nembeddings\x18\x01 \x01(\x0c\x12\r\n\x05shape\x18\x02 \x03(\r\x12!\n\x05\x64type\x18\x03 \x01(\x0e\x32\x12.hedgerow.v1.DType\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x04\x12\r\n\x05space\x18\x05 \x01(\t\"\r\n\x0bInfoRequest\"\xa3\x03\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\ndimensions\x18\x03 \x01(\r\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\x12\x1a\n\x12max_request_tokens\x18\x05 \x01(\r\x12\x0f\n\x07pooling\x18\x06 \x01(\t\x12\x11\n\tnormalize\x18\x07 \x01(\x08\x12;\n\ttemplates\x18\x08 \x03(\x0b\x32(.hedgerow.v1.InfoResponse.TemplatesEntry\x12\x0f\n\x07version\x18\t \x01(\t\x12\x12\n\nvocab_size\x18\n \x01(\r\x12\x1b\n\x13max_inflight_tokens\x18\x0b \x01(\x04\x12\r\n\x05\x64type\x18\x0c \x01(\t\x12\x14\n\x0c\x64type_reason\x18\r \x01(\t\x12\r\n\x05space\x18\x0e \x01(\t\x12\x0c\n\x04task\x18\x0f \x01(\t\x12\x13\n\x0btoken_types\x18\x10 \x01(\r\x1a\x30\n\x0eTemplatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"X\n\x0cScoreRequest\x12\x11\n\tinput_ids\x18\x01 \x01(\x0c\x12\x12\n\ncu_seqlens\x18\x02 \x01(\x0c\x12\r\n\x05top_n\x18\x03 \x01(\r\x12\x12\n\ndimensions\x18\x04 \x01(\r\"]\n\rRerankRequest\x12\x11\n\tinput_ids\x18\x01 \x01(\x0c\x12\x12\n\ncu_seqlens\x18\x02 \x01(\x0c\x12\x16\n\x0etoken_type_ids\x18\x03 \x01(\x0c\x12\r\n\x05top_n\x18\x04 \x01(\r\"V\n\rScoreResponse\x12\x0f\n\x07indices\x18\x01 \x03(\r\x12\x0e\n\x06scores\x18\x02 \x03(\x02\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x04\x12\r\n\x05space\x18\x04 \x01(\t\"l\n\x13SparseEmbedResponse\x12\x0e\n\x06\x63ounts\x18\x01 \x03(\r\x12\x0f\n\x07indices\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x01(\x0c\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x04\x12\r\n\x05space\x18\x05 \x01(\t*/\n\x05\x44Type\x12\x0b\n\x07\x46LOAT32\x10\x00\x12\x0b\n\x07\x46LOAT16\x10\x01\x12\x0c\n\x08\x42\x46LOAT16\x10\x02\x32\xd5\x02\n\x08\x45mbedder\x12>\n\x05\x45mbed\x12\x19.hedgerow.v1.EmbedRequest\x1a\x1a.hedgerow.v1.EmbedResponse\x12;\n\x04Info\x12\x18.hedgerow.v1.InfoRequest\x1a\x19.hedgerow.v1.InfoResponse\x12>\n\x05Score\x12\x19.hedgerow.v1.ScoreRequest\x1a\x1a.hedgerow.v1.ScoreResponse\x12@\n\x06Rerank\x12\x1a.hedgerow.v1.RerankRequest\x1a\x1a.hedgerow.v1.ScoreResponse\x12J\n\x0b\x45mbedSparse\x12\x19.hedgerow.v1.EmbedRequest\x1a .hedgerow.v1.SparseEmbedResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19hedgerow/wire/embed.proto\x12\x0bhedgerow.v1\"\x92\x01\n\x0c\x45mbedRequest\x12\x11\n\tinput_ids\x18\x01 \x01(\x0c\x12\x12\n\ncu_seqlens\x18\x02 \x01(\x0c\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\ndimensions\x18\x04 \x01(\r\x12!\n\x05\x64type\x18\x05 \x01(\x0e\x32\x12.hedgerow.v1.DTypeB\x0c\n\n_normalize\"\xa0\x01\n\rEmbedResponse\x12\x12\n\nembeddings\x18\x01 \x01(\x0c\x12\r\n\x05shape\x18\x02 \x03(\r\x12!\n\x05\x64type\x18\x03 \x01(\x0e\x32\x12.hedgerow.v1.DType\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x04\x12\r\n\x05space\x18\x05 \x01(\t\x12#\n\x06timing\x18\x06 \x01(\x0b\x32\x13.hedgerow.v1.Timing\"0\n\x06Timing\x12\x10\n\x08queue_us\x18\x01 \x01(\x04\x12\x14\n\x0cinference_us\x18\x02 \x01(\x04\"\r\n\x0bInfoRequest\"\xa3\x03\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\ndimensions\x18\x03 \x01(\r\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\x12\x1a\n\x12max_request_tokens\x18\x05 \x01(\r\x12\x0f\n\x07pooling\x18\x06 \x01(\t\x12\x11\n\tnormalize\x18\x07 \x01(\x08\x12;\n\ttemplates\x18\x08 \x03(\x0b\x32(.hedgerow.v1.InfoResponse.TemplatesEntry\x12\x0f\n\x07version\x18\t \x01(\t\x12\x12\n\nvocab_size\x18\n \x01(\r\x12\x1b\n\x13max_inflight_tokens\x18\x0b \x01(\x04\x12\r\n\x05\x64type\x18\x0c \x01(\t\x12\x14\n\x0c\x64type_reason\x18\r \x01(\t\x12\r\n\x05space\x18\x0e \x01(\t\x12\x0c\n\x04task\x18\x0f \x01(\t\x12\x13\n\x0btoken_types\x18\x10 \x01(\r\x1a\x30\n\x0eTemplatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"X\n\x0cScoreRequest\x12\x11\n\tinput_ids\x18\x01 \x01(\x0c\x12\x12\n\ncu_seqlens\x18\x02 \x01(\x0c\x12\r\n\x05top_n\x18\x03 \x01(\r\x12\x12\n\ndimensions\x18\x04 \x01(\r\"]\n\rRerankRequest\x12\x11\n\tinput_ids\x18\x01 \x01(\x0c\x12\x12\n\ncu_seqlens\x18\x02 \x01(\x0c\x12\x16\n\x0etoken_type_ids\x18\x03 \x01(\x0c\x12\r\n\x05top_n\x18\x04 \x01(\r\"{\n\rScoreResponse\x12\x0f\n\x07indices\x18\x01 \x03(\r\x12\x0e\n\x06scores\x18\x02 \x03(\x02\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x04\x12\r\n\x05space\x18\x04 \x01(\t\x12#\n\x06timing\x18\x05 \x01(\x0b\x32\x13.hedgerow.v1.Timing\"l\n\x13SparseEmbedResponse\x12\x0e\n\x06\x63ounts\x18\x01 \x03(\r\x12\x0f\n\x07indices\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x01(\x0c\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x04\x12\r\n\x05space\x18\x05 \x01(\t*/\n\x05\x44Type\x12\x0b\n\x07\x46LOAT32\x10\x00\x12\x0b\n\x07\x46LOAT16\x10\x01\x12\x0c\n\x08\x42\x46LOAT16\x10\x02\x32\xd5\x02\n\x08\x45mbedder\x12>\n\x05\x45mbed\x12\x19.hedgerow.v1.EmbedRequest\x1a\x1a.hedgerow.v1.EmbedResponse\x12;\n\x04Info\x12\x18.hedgerow.v1.InfoRequest\x1a\x19.hedgerow.v1.InfoResponse\x12>\n\x05Score\x12\x19.hedgerow.v1.ScoreRequest\x1a\x1a.hedgerow.v1.ScoreResponse\x12@\n\x06Rerank\x12\x1a.hedgerow.v1.RerankRequest\x1a\x1a.hedgerow.v1.ScoreResponse\x12J\n\x0b\x45mbedSparse\x12\x19.hedgerow.v1.EmbedRequest\x1a .hedgerow.v1.SparseEmbedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,26 +33,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INFORESPONSE_TEMPLATESENTRY']._loaded_options = None
   _globals['_INFORESPONSE_TEMPLATESENTRY']._serialized_options = b'8\001'
-  _globals['_DTYPE']._serialized_start=1136
-  _globals['_DTYPE']._serialized_end=1183
+  _globals['_DTYPE']._serialized_start=1261
+  _globals['_DTYPE']._serialized_end=1308
   _globals['_EMBEDREQUEST']._serialized_start=43
   _globals['_EMBEDREQUEST']._serialized_end=189
-  _globals['_EMBEDRESPONSE']._serialized_start=191
-  _globals['_EMBEDRESPONSE']._serialized_end=314
-  _globals['_INFOREQUEST']._serialized_start=316
-  _globals['_INFOREQUEST']._serialized_end=329
-  _globals['_INFORESPONSE']._serialized_start=332
-  _globals['_INFORESPONSE']._serialized_end=751
-  _globals['_INFORESPONSE_TEMPLATESENTRY']._serialized_start=703
-  _globals['_INFORESPONSE_TEMPLATESENTRY']._serialized_end=751
-  _globals['_SCOREREQUEST']._serialized_start=753
-  _globals['_SCOREREQUEST']._serialized_end=841
-  _globals['_RERANKREQUEST']._serialized_start=843
-  _globals['_RERANKREQUEST']._serialized_end=936
-  _globals['_SCORERESPONSE']._serialized_start=938
-  _globals['_SCORERESPONSE']._serialized_end=1024
-  _globals['_SPARSEEMBEDRESPONSE']._serialized_start=1026
-  _globals['_SPARSEEMBEDRESPONSE']._serialized_end=1134
-  _globals['_EMBEDDER']._serialized_start=1186
-  _globals['_EMBEDDER']._serialized_end=1527
+  _globals['_EMBEDRESPONSE']._serialized_start=192
+  _globals['_EMBEDRESPONSE']._serialized_end=352
+  _globals['_TIMING']._serialized_start=354
+  _globals['_TIMING']._serialized_end=402
+  _globals['_INFOREQUEST']._serialized_start=404
+  _globals['_INFOREQUEST']._serialized_end=417
+  _globals['_INFORESPONSE']._serialized_start=420
+  _globals['_INFORESPONSE']._serialized_end=839
+  _globals['_INFORESPONSE_TEMPLATESENTRY']._serialized_start=791
+  _globals['_INFORESPONSE_TEMPLATESENTRY']._serialized_end=839
+  _globals['_SCOREREQUEST']._serialized_start=841
+  _globals['_SCOREREQUEST']._serialized_end=929
+  _globals['_RERANKREQUEST']._serialized_start=931
+  _globals['_RERANKREQUEST']._serialized_end=1024
+  _globals['_SCORERESPONSE']._serialized_start=1026
+  _globals['_SCORERESPONSE']._serialized_end=1149
+  _globals['_SPARSEEMBEDRESPONSE']._serialized_start=1151
+  _globals['_SPARSEEMBEDRESPONSE']._serialized_end=1259
+  _globals['_EMBEDDER']._serialized_start=1311
+  _globals['_EMBEDDER']._serialized_end=1652
 # @@protoc_insertion_point(module_scope)

@@ -31,18 +31,28 @@ class EmbedRequest(_message.Message):
     def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., dtype: _Optional[_Union[DType, str]] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
-    __slots__ = ("embeddings", "shape", "dtype", "prompt_tokens", "space")
+    __slots__ = ("embeddings", "shape", "dtype", "prompt_tokens", "space", "timing")
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SPACE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
     embeddings: bytes
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: DType
     prompt_tokens: int
     space: str
-    def __init__(self, embeddings: _Optional[bytes] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...
+    timing: Timing
+    def __init__(self, embeddings: _Optional[bytes] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
+
+class Timing(_message.Message):
+    __slots__ = ("queue_us", "inference_us")
+    QUEUE_US_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_US_FIELD_NUMBER: _ClassVar[int]
+    queue_us: int
+    inference_us: int
+    def __init__(self, queue_us: _Optional[int] = ..., inference_us: _Optional[int] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()
@@ -116,16 +126,18 @@ class RerankRequest(_message.Message):
     def __init__(self, input_ids: _Optional[bytes] = ..., cu_seqlens: _Optional[bytes] = ..., token_type_ids: _Optional[bytes] = ..., top_n: _Optional[int] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("indices", "scores", "prompt_tokens", "space")
+    __slots__ = ("indices", "scores", "prompt_tokens", "space", "timing")
     INDICES_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SPACE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
     indices: _containers.RepeatedScalarFieldContainer[int]
     scores: _containers.RepeatedScalarFieldContainer[float]
     prompt_tokens: int
     space: str
-    def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...
+    timing: Timing
+    def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
 
 class SparseEmbedResponse(_message.Message):
     __slots__ = ("counts", "indices", "values", "prompt_tokens", "space")

@@ -223,12 +223,12 @@ def test_the_adapter_query_equals_the_clients_token_rate(fleet):
 
     # The warming replica was scraped the whole time and counted nothing.
     warming = 'service="minilm-server",pod="minilm-server-5d8c7-warming"'
-    assert prometheus.query(f"hedgerow_tokens_total{{{warming}}}", at=at)[0]["value"][1] == "0"
-    assert prometheus.query(f"hedgerow_serving{{{warming}}}", at=at)[0]["value"][1] == "0"
+    assert prometheus.query(f"hedgerow_server_tokens_total{{{warming}}}", at=at)[0]["value"][1] == "0"
+    assert prometheus.query(f"hedgerow_server_serving{{{warming}}}", at=at)[0]["value"][1] == "0"
     # Averaged over the two server pods, as a Pods metric would be, the warming replica
     # halves what the HPA sees; the Object metric's total does not depend on it.
     average = prometheus.query(
-        f'avg(rate(hedgerow_tokens_total{{namespace="{NAMESPACE}",service="minilm-server"}}'
+        f'avg(rate(hedgerow_server_tokens_total{{namespace="{NAMESPACE}",service="minilm-server"}}'
         f'[{token_signals.RATE_WINDOW}]))', at=at)
     assert float(average[0]["value"][1]) == pytest.approx(measured["served"] / 2, rel=0.01)
 

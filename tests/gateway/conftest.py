@@ -302,16 +302,16 @@ class RealServer(Child):
     def serving(self) -> bool:
         return server_serving(self.address)
 
-    def metric(self, name: str) -> float:
-        """The value of an unlabelled sample on the server's /metrics."""
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of `name` on the server's /metrics whose labels include
+        `labels` (0.0 when absent)."""
         import urllib.request
+
+        from tests.conftest import metric_value
 
         url = f"http://127.0.0.1:{self.http_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as answer:
-            for line in answer.read().decode().splitlines():
-                if line.startswith(name + " "):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
+            return metric_value(answer.read().decode(), name, **labels)
 
 
 class RealGateway(Child):

@@ -47,9 +47,16 @@ def test_search_query_takes_the_query_template(client):
     assert plain.json()["embeddings"]["float"] == openai_rows(client, ["hedge"])
 
 
-def test_output_dimension_keeps_the_first_dimensions(client):
+def test_output_dimension_keeps_the_first_dimensions(gateway_factory):
+    client = gateway_factory(allow_truncated_dimensions=True)
     answer = client.post("/v2/embed", json={"texts": ["hedge"], "output_dimension": 8})
     assert len(answer.json()["embeddings"]["float"][0]) == 8
+
+
+def test_output_dimension_of_a_model_without_matryoshka_is_refused(client):
+    answer = client.post("/v2/embed", json={"texts": ["hedge"], "output_dimension": 8})
+    assert answer.status_code == 400
+    assert "--allow-truncated-dimensions" in answer.json()["message"]
 
 
 @pytest.mark.parametrize("body, status, says", [

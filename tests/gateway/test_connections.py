@@ -52,7 +52,7 @@ def closed(sock: socket.socket) -> bool:
 
 def metric(client, route: str, status: int) -> float:
     text = client.get("/metrics").text
-    needle = f'hedgerow_request_seconds_count{{route="{route}",status="{status}"}} '
+    needle = f'hedgerow_gateway_request_seconds_count{{route="{route}",status="{status}"}} '
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(needle))
 
@@ -179,4 +179,4 @@ def test_a_burst_past_what_the_servers_can_do_in_time_is_told_429_at_once(
     refused = [a for a in answers if a.status_code == 429]
     assert all(int(a.headers["retry-after"]) >= 1 for a in refused)
     assert all(a.json()["error"]["code"] == "overloaded" for a in refused)
-    assert "hedgerow_admission_refused_total " in client.get("/metrics").text
+    assert "hedgerow_gateway_admission_refused_total " in client.get("/metrics").text

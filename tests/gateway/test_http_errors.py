@@ -168,7 +168,7 @@ def test_readyz_names_the_servers_only_to_a_caller_with_a_key(keyed, standins):
 def test_error_statuses_are_counted_by_route(client):
     post(client, {"model": MODEL, "input": []})
     text = client.get("/metrics").text
-    assert 'hedgerow_request_seconds_count{route="/v1/embeddings",status="400"}' in text
+    assert 'hedgerow_gateway_request_seconds_count{route="/v1/embeddings",status="400"}' in text
 
 
 def test_a_text_that_tokenizes_to_nothing_is_400(gateway_factory, standins, default_model_dir,

@@ -79,18 +79,19 @@ def test_embeddings_match_sentence_transformers(stack, reference):
 
 def test_300_texts_are_chunked_over_both_servers_and_come_back_in_order(stack, reference):
     servers, gateway = stack
-    before = [server.metric("hedgerow_tokens_total") for server in servers]
+    before = [server.metric("hedgerow_server_tokens_total") for server in servers]
     texts = [f"item {i}: " + " ".join(["meadow", "hawthorn", "blackthorn", "hazel"][: i % 4 + 1])
              * (1 + i % 5) for i in range(300)]
     body = embed(gateway.url, texts)
     assert [item["index"] for item in body["data"]] == list(range(300))
     got = np.array([item["embedding"] for item in body["data"]])
     assert cosines(got, reference(texts)).min() >= 0.999  # row i is text i's embedding
-    gained = [server.metric("hedgerow_tokens_total") - b for server, b in zip(servers, before)]
+    gained = [server.metric("hedgerow_server_tokens_total") - b
+              for server, b in zip(servers, before)]
     assert all(tokens > 0 for tokens in gained), gained
     assert sum(gained) == body["usage"]["prompt_tokens"]
     chunks = httpx.get(gateway.url + "/metrics").text  # /metrics needs no key
-    assert chunks.count('hedgerow_chunks_total{') >= 2  # OK chunks counted per replica
+    assert chunks.count('hedgerow_gateway_chunks_total{') >= 2  # OK chunks counted per replica
 
 
 def test_the_openai_client_works_in_float_and_base64(stack, reference):
@@ -109,8 +110,11 @@ def test_the_openai_client_works_in_float_and_base64(stack, reference):
     default = client.embeddings.create(model=MODEL, input="Roses are red")
     assert cosines([default.data[0].embedding], expected[:1])[0] >= 0.999
     assert [m.id for m in client.models.list().data] == [MODEL]
-    short = client.embeddings.create(model=MODEL, input="Roses are red", dimensions=64)
-    assert len(short.data[0].embedding) == 64
+    # all-MiniLM-L6-v2 was not trained for Matryoshka truncation: refused, the flag named.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model=MODEL, input="Roses are red", dimensions=64)
+    assert refused.value.code == "dimensions_not_supported"
+    assert "--allow-truncated-dimensions" in refused.value.message
 
 
 def test_base64_is_little_endian_float32(stack):

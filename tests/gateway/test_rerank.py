@@ -188,7 +188,8 @@ def test_a_failed_chunk_is_retried_on_the_other_replica(standins, gateway_factor
         assert answer.status_code == 200, answer.text
         assert answer.json()["results"] == want
     assert first.calls + second.calls == 3  # one failure, retried once
-    assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"} 1.0' in client.get("/metrics").text
+    retried = 'hedgerow_gateway_retries_total{code="RESOURCE_EXHAUSTED"} 1.0'
+    assert retried in client.get("/metrics").text
 
 
 def test_templates_apply_to_the_query_and_the_documents(standins, gateway_factory):

@@ -68,7 +68,7 @@ def rerank(url: str, **fields) -> dict:
 
 def chunks_by_replica(url: str) -> dict[str, float]:
     text = httpx.get(url + "/metrics", timeout=10).text
-    pattern = r'hedgerow_chunks_total\{outcome="OK",replica="([^"]+)"\} ([0-9.e+]+)'
+    pattern = r'hedgerow_gateway_chunks_total\{outcome="OK",replica="([^"]+)"\} ([0-9.e+]+)'
     return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text)}
 
 

@@ -100,7 +100,7 @@ def test_a_request_past_the_servers_admission_bounds_is_paced_not_refused(standi
     assert [item["embedding"][1] for item in data] == token_sums(client, texts)
     for server in standins:
         assert 0 < server.peak_in_flight_tokens <= 200
-    assert "hedgerow_retries_total{" not in client.get("/metrics").text
+    assert "hedgerow_gateway_retries_total{" not in client.get("/metrics").text
 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -119,7 +119,8 @@ def test_a_failed_chunk_is_retried_once_on_another_replica(standins, gateway_fac
         assert answer.status_code == 200, answer.text
     assert first.calls + second.calls == 3  # one failure, retried once
     assert second.calls >= 1  # the retry never goes back to the replica that failed
-    assert f'hedgerow_retries_total{{code="{code.name}"}} 1.0' in client.get("/metrics").text
+    retried = f'hedgerow_gateway_retries_total{{code="{code.name}"}} 1.0'
+    assert retried in client.get("/metrics").text
 
 
 def test_a_requests_own_error_is_not_retried(standins, gateway_factory):
@@ -176,7 +177,8 @@ def test_busy_answers_pause_the_replica_and_the_chunk_waits_instead_of_failing(
         server.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
     answer = client.post("/v1/embeddings", json={"model": MODEL, "input": "busy"})
     assert answer.status_code == 200, answer.text
-    assert 'hedgerow_retries_total{code="RESOURCE_EXHAUSTED"}' in client.get("/metrics").text
+    retried = 'hedgerow_gateway_retries_total{code="RESOURCE_EXHAUSTED"}'
+    assert retried in client.get("/metrics").text
 
 
 def test_overloaded_past_every_pause_is_429_with_retry_after(standins, gateway_factory):
@@ -232,7 +234,7 @@ def test_the_clients_deadline_becomes_the_grpc_deadline(standins, gateway_factor
 
 
 def test_dimensions_and_base64_reach_the_response(standins, gateway_factory):
-    client = gateway_factory()
+    client = gateway_factory(allow_truncated_dimensions=True)
     answer = client.post("/v1/embeddings", json={
         "model": MODEL, "input": ["one", "two"], "dimensions": 8, "encoding_format": "base64"})
     assert answer.status_code == 200
@@ -280,7 +282,7 @@ def test_dns_changes_add_and_remove_replicas():
     # The departed replica's series are gone; the staying one's are kept.
     exported = metrics.render().decode()
     assert 'replica="10.0.0.1:50051"' not in exported
-    assert 'hedgerow_replica_in_flight_tokens{replica="10.0.0.2:50051"} 7.0' in exported
+    assert 'hedgerow_gateway_replica_in_flight_tokens{replica="10.0.0.2:50051"} 7.0' in exported
 
 
 def test_server_templates_apply_to_input_type(standins, gateway_factory):
@@ -393,7 +395,7 @@ class _SlowEmbedder:
     def __init__(self, metrics=None, forget=None):
         self.metrics, self.forget, self.replica = metrics, forget, None
 
-    async def Embed(self, request, timeout):
+    async def Embed(self, request, timeout, metadata=None):
         if self.forget:  # discovery drops the replica mid-call, as ReplicaSet does
             self.replica.removed = True
             self.metrics.forget_replica(self.forget)
@@ -455,7 +457,8 @@ def test_waiters_ahead_keep_what_they_could_use_and_only_that():
     does not hold that replica back from the chunks behind it."""
     free, full = replica("a", bound=100), replica("b", 100, bound=100)
     free.address, full.address = "a:1", "b:1"
-    free.embedder = types.SimpleNamespace(Embed=lambda request, timeout: asyncio.sleep(0, "a"))
+    free.embedder = types.SimpleNamespace(
+        Embed=lambda request, timeout, metadata=None: asyncio.sleep(0, "a"))
     source = types.SimpleNamespace(ready=lambda: [free, full])
     chunk = types.SimpleNamespace(size=1)
 

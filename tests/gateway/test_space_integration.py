@@ -95,7 +95,8 @@ def _in_flight(gateway, address: str) -> float:
     """The tokens the gateway has sent to the replica at `address` and not had answered."""
     text = httpx.get(gateway.url + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("hedgerow_replica_in_flight_tokens{") and f'"{address}"' in line)
+               if line.startswith("hedgerow_gateway_replica_in_flight_tokens{")
+               and f'"{address}"' in line)
 
 
 class _Request(threading.Thread):

@@ -95,7 +95,7 @@ def test_an_answer_in_another_space_is_retried_on_the_requests_own(standins, gat
 
 
 def _answering(space: str, calls: list):
-    async def embed(request, timeout):
+    async def embed(request, timeout, metadata=None):
         calls.append(space)
         rows = len(request.cu_seqlens) // 4 - 1
         return embed_pb2.EmbedResponse(embeddings=np.zeros((rows, 4), "<f4").tobytes(),

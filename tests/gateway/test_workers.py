@@ -39,10 +39,12 @@ def test_workers_share_the_port_and_their_metrics_add_up(gateway):
             client.post("/v1/embeddings", json={"input": "hello"}).raise_for_status()
     text = httpx.get(gateway.url + "/metrics").text
     count = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith('hedgerow_request_seconds_count{route="/v1/embeddings",'
+                if line.startswith('hedgerow_gateway_request_seconds_count{route="/v1/embeddings",'
                                    'status="200"}'))
     assert count == 40
-    assert "hedgerow_inputs_total 40.0" in text
+    assert 'hedgerow_gateway_inputs_total{model="all-MiniLM-L6-v2"} 40.0' in text
+    info = [line for line in text.splitlines() if line.startswith("hedgerow_build_info{")]
+    assert len(info) == 1 and 'component="gateway"' in info[0] and info[0].endswith(" 1.0")
 
 
 def test_a_stop_closes_a_stalled_upload_and_exits_cleanly(gateway):

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.wire import embed_pb2
-from tests.conftest import child_env, free_port, hedgerow_command
+from tests.conftest import child_env, free_port, hedgerow_command, metric_value
 
 START_TIMEOUT_S = 120.0
 # The float32 references these tests compare against; a test may pass its own --dtype after.
@@ -91,14 +91,9 @@ class ServerProcess:
         return json.loads(self.http_get("/warmup"))
 
     def metric(self, name: str, **labels: str) -> float:
-        """The value of one sample on /metrics (0.0 when absent)."""
-        wanted = name
-        if labels:
-            wanted += "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-        for line in self.http_get("/metrics").decode().splitlines():
-            if line.startswith(wanted + " "):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        """The sum of the samples of `name` on /metrics whose labels include `labels` (0.0
+        when absent)."""
+        return metric_value(self.http_get("/metrics").decode(), name, **labels)
 
     def terminate(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:

@@ -89,14 +89,14 @@ def test_concurrent_scores_and_embeds_share_batches_and_keep_their_answers(serve
             calls += [aio.Embed(embed_request(documents[:3]), timeout=120) for _ in range(4)]
             return await asyncio.gather(*calls)
 
-    tokens_before = server.metric("hedgerow_tokens_total")
+    tokens_before = server.metric("hedgerow_server_tokens_total")
     outcomes = asyncio.run(main())
     for (want_indices, want_scores), got in zip(wants, outcomes):
         assert list(got.indices) == want_indices
         np.testing.assert_array_equal(np.asarray(got.scores, np.float32), want_scores)
     score_tokens = sum(len(q) + sum(len(d) for d in documents) for q in queries)
     embed_tokens = 4 * sum(len(d) for d in documents[:3])
-    assert server.metric("hedgerow_tokens_total") - tokens_before == score_tokens + embed_tokens
+    assert server.metric("hedgerow_server_tokens_total") - tokens_before == score_tokens + embed_tokens
 
 
 def _raw(input_ids, cu_seqlens, **options):

@@ -95,7 +95,7 @@ def test_concurrent_requests_on_the_gpu_get_their_own_results(server, engine):
         assert got.shape == want.shape
         cosine = torch.nn.functional.cosine_similarity(got, want, dim=-1)
         assert cosine.min().item() >= 0.999, cosine
-    assert server.metric("hedgerow_tokens_total") >= sum(len(s) for r in requests for s in r)
+    assert server.metric("hedgerow_server_tokens_total") >= sum(len(s) for r in requests for s in r)
     assert server.warmup()["steps"] >= 2
 
 

@@ -177,7 +177,7 @@ def test_each_bad_input_gets_invalid_argument_while_good_requests_in_flight_succ
             calls += [stub.Embed(request, timeout=120) for request, _ in BAD_INPUTS.values()]
             return await asyncio.gather(*calls, return_exceptions=True)
 
-    invalid_before = server.metric("hedgerow_requests_total", status="invalid_argument")
+    invalid_before = server.metric("hedgerow_server_requests_total", status="invalid_argument")
     outcomes = asyncio.run(main())
     for seqs, outcome in zip(good, outcomes[: len(good)]):
         assert not isinstance(outcome, BaseException), outcome
@@ -187,7 +187,7 @@ def test_each_bad_input_gets_invalid_argument_while_good_requests_in_flight_succ
         assert isinstance(outcome, grpc.aio.AioRpcError), f"{name}: got {outcome!r}"
         assert outcome.code() == grpc.StatusCode.INVALID_ARGUMENT, name
         assert reason in outcome.details(), f"{name}: {outcome.details()!r}"
-    invalid_after = server.metric("hedgerow_requests_total", status="invalid_argument")
+    invalid_after = server.metric("hedgerow_server_requests_total", status="invalid_argument")
     assert invalid_after - invalid_before == len(BAD_INPUTS)
 
 
@@ -212,7 +212,7 @@ def test_a_burst_past_the_admission_bound_gets_resource_exhausted_for_the_excess
         if not isinstance(outcome, BaseException):
             np.testing.assert_allclose(decode_embeddings(outcome), reference(engine, seqs),
                                        rtol=0, atol=2e-5)
-    assert server.metric("hedgerow_inflight_tokens") == 0
+    assert server.metric("hedgerow_server_inflight_tokens") == 0
 
 
 def test_an_expired_request_never_reaches_the_engine(server):
@@ -221,14 +221,14 @@ def test_an_expired_request_never_reaches_the_engine(server):
     # counter shows the engine ran the big request's tokens and not one of the small one's.
     big = [sentence(2500, 3500 + i, length=256) for i in range(16)]
     small = [sentence(7592, 2088, 2003)]
-    tokens_before = server.metric("hedgerow_tokens_total")
-    expired_before = server.metric("hedgerow_requests_total", status="deadline_exceeded")
+    tokens_before = server.metric("hedgerow_server_tokens_total")
+    expired_before = server.metric("hedgerow_server_requests_total", status="deadline_exceeded")
 
     async def main():
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = embed_pb2_grpc.EmbedderStub(channel)
             first = asyncio.ensure_future(stub.Embed(embed_request(big), timeout=300))
-            while server.metric("hedgerow_tokens_total") == tokens_before:
+            while server.metric("hedgerow_server_tokens_total") == tokens_before:
                 await asyncio.sleep(0.01)  # the big request is on the engine
             try:
                 await stub.Embed(embed_request(small), timeout=0.2)
@@ -241,10 +241,10 @@ def test_an_expired_request_never_reaches_the_engine(server):
     response, late = asyncio.run(main())
     assert late is not None and late.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert list(response.shape) == [16, 384]
-    assert server.metric("hedgerow_tokens_total") - tokens_before == 16 * 256
-    assert server.metric("hedgerow_requests_total", status="deadline_exceeded") \
+    assert server.metric("hedgerow_server_tokens_total") - tokens_before == 16 * 256
+    assert server.metric("hedgerow_server_requests_total", status="deadline_exceeded") \
         == expired_before + 1
-    assert server.metric("hedgerow_pool_tokens") == 0
+    assert server.metric("hedgerow_server_pool_tokens") == 0
 
 
 def test_metrics_and_warmup_are_served_over_http(server, stub):
@@ -254,11 +254,12 @@ def test_metrics_and_warmup_are_served_over_http(server, stub):
     assert warmup["coverage"] == 1.0 and warmup["captured"] == 0  # the CPU engine has no graphs
     assert warmup["steps"] >= 1 and warmup["step_shapes_seen"] >= 1
     text = server.http_get("/metrics").decode()
-    for name in ("hedgerow_tokens_total", "hedgerow_requests_total", "hedgerow_batch_tokens",
-                 "hedgerow_batch_sequences", "hedgerow_pool_tokens", "hedgerow_queue_seconds",
-                 "hedgerow_step_seconds"):
+    for name in ("hedgerow_server_tokens_total", "hedgerow_server_requests_total",
+                 "hedgerow_server_batch_tokens", "hedgerow_server_batch_sequences",
+                 "hedgerow_server_pool_tokens", "hedgerow_server_queue_seconds",
+                 "hedgerow_server_step_seconds", "hedgerow_build_info"):
         assert name in text, name
-    assert server.metric("hedgerow_requests_total", status="ok") >= 1
+    assert server.metric("hedgerow_server_requests_total", status="ok") >= 1
     assert server.http_get("/readyz") == b"serving\n"
     with pytest.raises(urllib.error.HTTPError) as missing:
         server.http_get("/nothing-here")

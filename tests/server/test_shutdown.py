@@ -66,8 +66,8 @@ def _all_admitted_and_started(server, tokens: int) -> bool:
     smaller, never larger, so reaching `tokens` proves every request was admitted (a SIGTERM
     before the last one arrived would rightly refuse it).
     """
-    handed = server.metric("hedgerow_tokens_total")
-    waiting = server.metric("hedgerow_pool_tokens")
+    handed = server.metric("hedgerow_server_tokens_total")
+    waiting = server.metric("hedgerow_server_pool_tokens")
     return handed > 0 and handed + waiting == tokens
 
 
