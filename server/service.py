@@ -224,7 +224,8 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             self._special_ids = special_ids(Path(self._state.settings.model
                                                  or default_model_path()))
         vectors = lexical_weights(batch.input_ids, batch.cu_seqlens, rows, self._special_ids)
-        return encode_sparse(vectors, batch.num_tokens, self._state.space.fingerprint)
+        return encode_sparse(vectors, batch.num_tokens, self._state.space.fingerprint,
+                             queue_us, inference_us)
 
     def _checked(self, batch: WireBatch) -> WireBatch:
         """`batch`, once the model's own checks (vocabulary, sequence length) pass."""

@@ -55,11 +55,13 @@ def lexical_weights(input_ids: np.ndarray, cu_seqlens: Sequence[int], rows: np.n
 
 
 def encode_sparse(vectors: list[tuple[np.ndarray, np.ndarray]], prompt_tokens: int,
-                  space: str) -> embed_pb2.SparseEmbedResponse:
+                  space: str, queue_us: int = 0, inference_us: int = 0
+                  ) -> embed_pb2.SparseEmbedResponse:
     """Per-sequence (ids, weights) -> SparseEmbedResponse: `counts` [B], then every sequence's
-    indices (uint32 LE) and values (float32 LE) back to back."""
+    indices (uint32 LE) and values (float32 LE) back to back, and where the time went."""
     return embed_pb2.SparseEmbedResponse(
         counts=[ids.size for ids, _ in vectors],
         indices=b"".join(ids.astype("<u4").tobytes() for ids, _ in vectors),
         values=b"".join(values.astype("<f4").tobytes() for _, values in vectors),
-        prompt_tokens=prompt_tokens, space=space)
+        prompt_tokens=prompt_tokens, space=space,
+        timing=embed_pb2.Timing(queue_us=queue_us, inference_us=inference_us))

@@ -140,15 +140,17 @@ class ScoreResponse(_message.Message):
     def __init__(self, indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
 
 class SparseEmbedResponse(_message.Message):
-    __slots__ = ("counts", "indices", "values", "prompt_tokens", "space")
+    __slots__ = ("counts", "indices", "values", "prompt_tokens", "space", "timing")
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     INDICES_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SPACE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
     counts: _containers.RepeatedScalarFieldContainer[int]
     indices: bytes
     values: bytes
     prompt_tokens: int
     space: str
-    def __init__(self, counts: _Optional[_Iterable[int]] = ..., indices: _Optional[bytes] = ..., values: _Optional[bytes] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ...) -> None: ...
+    timing: Timing
+    def __init__(self, counts: _Optional[_Iterable[int]] = ..., indices: _Optional[bytes] = ..., values: _Optional[bytes] = ..., prompt_tokens: _Optional[int] = ..., space: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
