@@ -6,6 +6,7 @@ the alias `text-embedding-3-small` as an app written for OpenAI would call it, a
 for the module. The reference is sentence-transformers on the same model directory.
 """
 
+import contextlib
 import importlib.util
 import signal
 import subprocess
@@ -61,14 +62,21 @@ class Stack:
         self._log.close()
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    served = Stack(tmp_path_factory.mktemp("serve") / "serve.log")
+@contextlib.contextmanager
+def running_stack(tmp_path_factory, *args: str):
+    """`hedgerow serve ARGS`, ready, stopped afterwards; its log in a fresh temp dir."""
+    served = Stack(tmp_path_factory.mktemp("serve") / "serve.log", *args)
     try:
         served.wait_ready()
         yield served
     finally:
         served.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with running_stack(tmp_path_factory) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 import torch
 import transformers
 
-from tests.clients.conftest import Stack
+from tests.clients.conftest import running_stack
 from tests.conftest import write_cross_encoder
 
 MODEL = "reranker"
@@ -34,12 +34,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, model_dir):
-    served = Stack(tmp_path_factory.mktemp("serve") / "serve.log", "--model", str(model_dir))
-    try:
-        served.wait_ready()
+    with running_stack(tmp_path_factory, "--model", str(model_dir)) as served:
         yield served
-    finally:
-        served.stop()
 
 
 @pytest.fixture(scope="module")

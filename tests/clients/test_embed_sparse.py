@@ -12,7 +12,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
-from tests.clients.conftest import Stack
+from tests.clients.conftest import running_stack
 from tests.conftest import write_lexical_model
 
 TEXTS = ["Hawthorn hedges shelter wrens, wrens and robins.", "A stone wall.", "ivy"]
@@ -26,13 +26,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, model_dir):
-    served = Stack(tmp_path_factory.mktemp("serve") / "serve.log", "--model", str(model_dir),
-                   "--task", "sparse")
-    try:
-        served.wait_ready()
+    with running_stack(tmp_path_factory, "--model", str(model_dir), "--task", "sparse") as served:
         yield served
-    finally:
-        served.stop()
 
 
 def reference(model_dir, text) -> dict[int, float]:

@@ -226,11 +226,14 @@ def test_two_pods_on_one_cache_download_once(hub, tmp_path):
                                                 "0.1"), env=env, stderr=log,
                                           stdout=subprocess.DEVNULL))
         _wait_for("the first download to reach the weights", lambda: hub.waiting)
-        # While the weights are held, the first fetch reports how far it is.
-        _wait_for("a progress line short of the total", lambda: re.search(
-            r"event=fetch.progress bytes_done=(\d+) bytes_total=(\d+)", logs[0].read_text()))
-        done, total = map(int, re.search(r"event=fetch.progress bytes_done=(\d+) "
-                                         r"bytes_total=(\d+)", logs[0].read_text()).groups())
+        # While the weights are held, the first fetch reports how far it is: past the small
+        # files, short of the total (its first lines may come before any byte arrived).
+        def partial_progress():
+            lines = re.findall(r"event=fetch.progress bytes_done=(\d+) bytes_total=(\d+)",
+                               logs[0].read_text())
+            return next(((int(d), int(t)) for d, t in lines if int(d) > 0), None)
+
+        done, total = _wait_for("a progress line past zero bytes", partial_progress)
         assert 0 < done < total
         with logs[1].open("w") as log:
             procs.append(subprocess.Popen(fetch_args(tmp_path, REPO, "v1"), env=env, stderr=log,
