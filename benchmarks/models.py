@@ -12,6 +12,8 @@ real checkpoints in benchmarks. Shapes:
   vocab 250002, 8194 positions, CLS pooling.
 - `qwen3-0.6b`: Qwen3-0.6B, 28 layers, width 1024, 16 query and 8 key/value heads of 128
   (GQA), FFN 3072, vocab 151669, causal, last-token pooling.
+- `bge-reranker-v2-m3`: the cross-encoder on BGE-M3's encoder (XLM-RoBERTa large, as above)
+  with a one-logit classification head (`XLMRobertaForSequenceClassification`), task rerank.
 """
 
 import argparse
@@ -21,20 +23,21 @@ from pathlib import Path
 
 import torch
 
-SHAPES = ("bge-m3", "qwen3-0.6b")
+SHAPES = ("bge-m3", "qwen3-0.6b", "bge-reranker-v2-m3")
+RERANKERS = ("bge-reranker-v2-m3",)
 
 
 def config_for(name: str, layers: int | None = None):
     """The transformers config of shape `name` (`layers` overrides the depth, for tests)."""
     import transformers
 
-    if name == "bge-m3":
+    if name in ("bge-m3", "bge-reranker-v2-m3"):
         return transformers.XLMRobertaConfig(
             vocab_size=250002, hidden_size=1024, num_hidden_layers=layers or 24,
             num_attention_heads=16, intermediate_size=4096, hidden_act="gelu",
             max_position_embeddings=8194, type_vocab_size=1, layer_norm_eps=1e-5,
             pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0)
+            attention_probs_dropout_prob=0.0, num_labels=1)
     if name == "qwen3-0.6b":
         return transformers.Qwen3Config(
             vocab_size=151669, hidden_size=1024, num_hidden_layers=layers or 28,
@@ -69,14 +72,18 @@ def write_model(name: str, directory: Path, device: str = "cuda", layers: int | 
     directory.mkdir(parents=True, exist_ok=True)
     config = config_for(name, layers)
     torch.manual_seed(seed)
-    cls = transformers.XLMRobertaModel if name == "bge-m3" else transformers.Qwen3Model
     with torch.device(device):
-        model = cls(config, add_pooling_layer=False) if name == "bge-m3" else cls(config)
+        if name == "bge-m3":
+            model = transformers.XLMRobertaModel(config, add_pooling_layer=False)
+        elif name == "bge-reranker-v2-m3":
+            model = transformers.XLMRobertaForSequenceClassification(config)
+        else:
+            model = transformers.Qwen3Model(config)
     model = model.to(torch.bfloat16)
     model.save_pretrained(str(directory))
     if name == "bge-m3":
         _sentence_transformers_files(directory, "cls", 8192)
-    else:
+    elif name == "qwen3-0.6b":
         _sentence_transformers_files(directory, "last", 32768)
     del model
     return directory

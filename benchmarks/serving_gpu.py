@@ -15,9 +15,13 @@ benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
    512/1024/4096 tokens; embeddings per second.
 5. Chart 4, concurrency: 512-token texts, batch 1, 1/2/4/8/16 concurrent client processes,
    through `hedgerow gateway` over HTTP with tokenization.
-6. Baseline in the same run: `transformers` eager (bf16, SDPA) in-process behind the same
-   sequential loop for charts 1 to 3 (a lower bound for any server built on it) and, for chart 4,
-   the gateway's tokenizer plus `transformers` at one client.
+6. Chart 5, reranking (cross-encoder shapes only, which run no other chart): one query and
+   100 documents a request, pairs of 128 and 512 tokens, pre-tokenized, sequential Rerank calls;
+   p50/p99 and pairs per second. Its gate holds the server's scores to `transformers` float32
+   scores of the same pairs.
+7. Baseline in the same run: `transformers` eager (bf16, SDPA) in-process behind the same
+   sequential loop for charts 1 to 3 and 5 (a lower bound for any server built on it) and, for
+   chart 4, the gateway's tokenizer plus `transformers` at one client.
 
 Latencies are wall-clock from the client's call to the decoded result (p50/p99). Each
 configuration is hit a few times before timing, so its CUDA graph is captured. Writes
@@ -41,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hedgerow.bench.models import RERANKERS, SHAPES
+from hedgerow.model_files import model_task
 from hedgerow.bench.processes import (
     at_least, free_port, grpc_serving, int_list, positive, start, stop, wait,
 )
@@ -73,6 +79,9 @@ TARGETS = {  # the issue's targets for our stack (p50 ms, or emb/s for chart 3)
     ("chart4", "bge-m3", 1): 2.5, ("chart4", "bge-m3", 16): 14.0,
 }
 POOLING = {"bge-m3": "cls", "qwen3-0.6b": "last"}
+# A reranker's gate: no score further from the float32 reference than this share of the
+# reference's largest magnitude (bf16 rounding moves a logit by about 1%).
+RERANK_GATE = 0.05
 
 
 def log(*parts) -> None:
@@ -116,6 +125,18 @@ class GrpcClient:
     def embed(self, request) -> np.ndarray:
         reply = self.stub.Embed(request, timeout=120)
         return np.frombuffer(reply.embeddings, dtype="<f4").reshape(tuple(reply.shape))
+
+    def rerank_request(self, sequences: list[list[int]]):
+        embed = self.request(sequences)
+        return self.pb.RerankRequest(input_ids=embed.input_ids, cu_seqlens=embed.cu_seqlens,
+                                     top_n=len(sequences))
+
+    def rerank(self, request) -> np.ndarray:
+        """Each pair's score, in pair order (the server answers best first)."""
+        reply = self.stub.Rerank(request, timeout=120)
+        scores = np.empty(len(reply.indices), dtype=np.float32)
+        scores[list(reply.indices)] = list(reply.scores)
+        return scores
 
 
 def random_sequences(count: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -210,6 +231,70 @@ class Baseline:
         return np.stack(rows)
 
 
+class RerankBaseline:
+    """`transformers` eager cross-encoder (bf16, SDPA), in-process: the rerank chart's peer."""
+
+    def __init__(self, directory: Path, device: str) -> None:
+        import torch
+        import transformers
+
+        self.torch = torch
+        self.device = device
+        self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            str(directory), dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
+
+    def scores(self, pairs: list[list[int]]) -> np.ndarray:
+        with self.torch.inference_mode():
+            ids = self.torch.tensor(pairs, device=self.device)
+            return self.model(input_ids=ids).logits[:, 0].float().cpu().numpy()
+
+    def reference(self, pairs: list[list[int]]) -> np.ndarray:
+        """float32 scores of each pair alone (the gate's oracle)."""
+        torch = self.torch
+        model32 = self.model.float()
+        with torch.inference_mode():
+            out = [float(model32(input_ids=torch.tensor([p], device=self.device)).logits[0, 0])
+                   for p in pairs]
+        self.model = model32.to(torch.bfloat16)
+        return np.array(out)
+
+
+def pair_sequences(count: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    """`count` pairs of `length` tokens as an XLM-R tokenizer encodes them: <s> q </s></s> d
+    </s>, a query of 16 tokens."""
+    bos, eos = 0, 2
+    rows = random_sequences(count, length - 4, vocab, seed)
+    return [[bos, *row[:16], eos, eos, *row[16:], eos] for row in rows]
+
+
+def bench_reranker(name: str, client, directory: Path, args, record, results: list) -> None:
+    """The rerank gate, then chart 5."""
+    config = json.loads((directory / "config.json").read_text())
+    vocab = config["vocab_size"]
+    baseline = RerankBaseline(directory, args.device)
+    log(f"{name}: rerank gate")
+    gate_pairs = [pair_sequences(1, n, vocab, 300 + n)[0] for n in args.gate_lengths if n > 20]
+    ours = client.rerank(client.rerank_request(gate_pairs))
+    ref = baseline.reference(gate_pairs)
+    worst = float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-6))
+    results.append({"model": name, "chart": "gate", "max_score_error": worst})
+    log(f"{name}: gate max score error {worst:.4f} of the largest score "
+        f"(ours {ours.tolist()}, float32 {ref.tolist()})")
+    if worst > RERANK_GATE:
+        raise SystemExit(f"{name}: rerank gate failed: ours {ours.tolist()}, reference "
+                         f"{ref.tolist()}")
+    for length in args.rerank_lengths:
+        n = max(args.requests // 10, 30)
+        reqs = [client.rerank_request(pair_sequences(args.rerank_documents, length, vocab, i))
+                for i in range(4)]
+        ours_ms = timed_loop(client.rerank, [reqs[i % 4] for i in range(n)], warmup=6)
+        pairs = [pair_sequences(args.rerank_documents, length, vocab, i) for i in range(4)]
+        base_ms = timed_loop(baseline.scores, [pairs[i % 4] for i in range(min(n, 60))], 3)
+        record("chart5", length, ours_ms, base_ms, n=n,
+               ours_rate=args.rerank_documents / (statistics.median(ours_ms) / 1e3),
+               base_rate=args.rerank_documents / (statistics.median(base_ms) / 1e3))
+
+
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a / np.linalg.norm(a, axis=1, keepdims=True)
     b = b / np.linalg.norm(b, axis=1, keepdims=True)
@@ -256,17 +341,6 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
         log(f"{name}: starting server (model load, hot-set capture)")
         wait("server", server, lambda: grpc_serving(f"127.0.0.1:{grpc_port}"), 600, server_log)
         client = GrpcClient(grpc_port)
-        baseline = Baseline(directory, POOLING.get(name, "mean" if args.smoke else "cls"), args.device)
-
-        log(f"{name}: correctness gate")
-        gate_seqs = [random_sequences(1, n, vocab, 100 + n)[0] for n in args.gate_lengths]
-        ours = client.embed(client.request(gate_seqs))
-        ref = baseline.reference(gate_seqs)
-        cosines = cosine_rows(ours, ref)
-        results.append({"model": name, "chart": "gate", "min_cosine": float(cosines.min())})
-        log(f"{name}: gate min cosine {cosines.min():.6f}")
-        if cosines.min() < 0.999:
-            raise SystemExit(f"{name}: correctness gate failed: cosines {cosines.tolist()}")
 
         def record(chart, x, ours_ms=None, base_ms=None, ours_rate=None, base_rate=None, n=0):
             row = {"model": name, "chart": chart, "x": x, "requests": n}
@@ -278,6 +352,21 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
                 row.update(emb_s=ours_rate, base_emb_s=base_rate)
             results.append(row)
             log(f"{name} {chart} x={x}: {json.dumps({k: v for k, v in row.items() if k not in ('model', 'chart', 'x')})}")
+
+        if model_task(config, directory / "config.json") == "rerank":
+            bench_reranker(name, client, directory, args, record, results)
+            return
+        baseline = Baseline(directory, POOLING.get(name, "mean" if args.smoke else "cls"), args.device)
+
+        log(f"{name}: correctness gate")
+        gate_seqs = [random_sequences(1, n, vocab, 100 + n)[0] for n in args.gate_lengths]
+        ours = client.embed(client.request(gate_seqs))
+        ref = baseline.reference(gate_seqs)
+        cosines = cosine_rows(ours, ref)
+        results.append({"model": name, "chart": "gate", "min_cosine": float(cosines.min())})
+        log(f"{name}: gate min cosine {cosines.min():.6f}")
+        if cosines.min() < 0.999:
+            raise SystemExit(f"{name}: correctness gate failed: cosines {cosines.tolist()}")
 
         for length in args.latency_lengths if 1 in args.charts else ():
             n = args.requests if length < 4096 else max(args.requests // 4, 50)
@@ -353,6 +442,16 @@ def table(results: list) -> str:
     lines = ["| model | chart | x | ours p50 | ours p99 | transformers p50 | seed Tulip | "
              "seed vLLM | target | met |", "|" + " --- |" * 10]
     for row in results:
+        if row["chart"] == "gate" and "max_score_error" in row:
+            error = row["max_score_error"]
+            lines.append(f"| {row['model']} | gate | max score error / largest | {error:.4f} | "
+                         f"| | | | <= {RERANK_GATE} | {'yes' if error <= RERANK_GATE else 'NO'} |")
+            continue
+        if row["chart"] == "chart5":
+            lines.append(f"| {row['model']} | chart5 | 100 pairs x {row['x']} | {row['p50']:.2f} "
+                         f"({row['emb_s']:.0f} pairs/s) | {row['p99']:.2f} | "
+                         f"{row['base_p50']:.2f} ({row['base_emb_s']:.0f} pairs/s) | | | | |")
+            continue
         if row["chart"] == "gate":
             lines.append(f"| {row['model']} | gate | min cosine | {row['min_cosine']:.5f} | | | | "
                          f"| >= 0.999 | {'yes' if row['min_cosine'] >= 0.999 else 'NO'} |")
@@ -382,7 +481,7 @@ def plot(results: list, out: Path) -> None:
         log("matplotlib not installed: no plots")
         return
     for chart, ylabel in (("chart1", "p50 ms"), ("chart2", "p50 ms"), ("chart3", "emb/s"),
-                          ("chart4", "p50 ms")):
+                          ("chart4", "p50 ms"), ("chart5", "p50 ms")):
         rows = [r for r in results if r["chart"] == chart]
         if not rows:
             continue
@@ -408,13 +507,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".bench")))
     parser.add_argument("--models", type=Path, default=Path("/tmp/hedgerow-models"))
-    parser.add_argument("--only", action="append", choices=("bge-m3", "qwen3-0.6b"))
+    parser.add_argument("--only", action="append", choices=SHAPES,
+                        help="a model shape (repeatable); the reranker shape runs chart 5 only, "
+                             "the others charts 1 to 4")
     parser.add_argument("--requests", type=at_least(1), default=1000,
                         help="sequential requests per latency cell (the seed used 10,000)")
     parser.add_argument("--seconds", type=positive, default=5.0,
                         help="rough length of each throughput cell")
     parser.add_argument("--charts", type=int_list(1), default="1,2,3,4",
-                        help="which charts to run, e.g. 3,4")
+                        help="which charts to run, e.g. 3,4 (5: reranking)")
     parser.add_argument("--max-batch-tokens", type=at_least(1), default=8192,
                         help="the server's token budget per batch (bulk cells fill it)")
     parser.add_argument("--smoke", action="store_true",
@@ -425,8 +526,8 @@ def main(argv=None) -> int:
                              "all-MiniLM-L6-v2 one)")
     args = parser.parse_args(argv)
     args.charts = set(args.charts)
-    if not args.charts <= {1, 2, 3, 4}:
-        parser.error(f"--charts takes 1, 2, 3 and 4, got {sorted(args.charts)}")
+    if not args.charts <= {1, 2, 3, 4, 5}:
+        parser.error(f"--charts takes 1 to 5, got {sorted(args.charts)}")
     if args.tokenizer is None:
         from hedgerow.defaults import default_model_path
         from hedgerow.errors import ModelLoadError
@@ -450,6 +551,7 @@ def main(argv=None) -> int:
     args.gate_lengths, args.latency_lengths = (7, 128, 300, 512, 1000), (128, 512, 4096)
     args.score_length, args.throughput_lengths, args.text_tokens = 512, (512, 1024, 4096), 512
     args.score_counts, args.concurrency = (5, 25, 50), (1, 2, 4, 8, 16)
+    args.rerank_lengths, args.rerank_documents = (128, 512), 100
     if args.smoke:  # the packaged MiniLM accepts 256 tokens
         args.requests, args.seconds = min(args.requests, 20), 0.5
         args.gate_lengths, args.latency_lengths = (7, 100, 256), (16, 64, 128)
@@ -461,8 +563,10 @@ def main(argv=None) -> int:
     from hedgerow.bench import models as shapes
 
     results: list = []
-    names = ["minilm"] if args.smoke else args.only or ("bge-m3", "qwen3-0.6b")
+    names = ["minilm"] if args.smoke else args.only or SHAPES
     for name in names:
+        if not args.charts & ({5} if name in RERANKERS else {1, 2, 3, 4}):
+            continue  # none of the charts asked for is this shape's
         directory = args.models / name
         if args.smoke:
             from hedgerow.defaults import default_model_path
