@@ -127,3 +127,25 @@ def test_the_sequence_classification_form_scores_the_same(tmp_path):
         logits = [float(classifier(input_ids=torch.tensor([p])).logits[0, 0]) for p in pairs]
     np.testing.assert_allclose(ours.numpy(), logits, rtol=0, atol=1e-3)
     assert _order(ours.tolist()) == _order(expected)
+
+
+def test_a_two_label_qwen3_classifier_ranks_by_label_one(tmp_path):
+    """Two labels, none named relevant: label 1's log-odds, as for the BERT family."""
+    import shutil
+
+    import transformers
+
+    source = write_qwen3_reranker(tmp_path / "causal", seed=17)
+    config = transformers.Qwen3Config.from_pretrained(source, num_labels=2)
+    torch.manual_seed(17)
+    classifier = transformers.Qwen3ForSequenceClassification(config).eval()
+    classifier.save_pretrained(tmp_path / "two")
+    shutil.copy(source / "tokenizer.json", tmp_path / "two" / "tokenizer.json")
+    engine = Engine.load(tmp_path / "two")
+    pairs = reference_pairs(source, QUERY, DOCUMENTS, engine.info.max_tokens)
+    ours = engine.step(_batch(pairs)).synchronize()[:, 0]
+    with torch.inference_mode():
+        expected = [float(torch.softmax(classifier(input_ids=torch.tensor([p])).logits[0], 0)[1])
+                    for p in pairs]
+    np.testing.assert_allclose(torch.sigmoid(ours.double()).numpy(), expected, rtol=0, atol=1e-3)
+    assert _order(ours.tolist()) == _order(expected)
