@@ -89,12 +89,11 @@ class Checkpoint:
         if self.progress is not None and prefixed:
             self.progress.reset(total=len(names))
 
-    def has(self, name: str) -> bool:
-        return self.prefix + name in self._file_of
+    def has(self, name: str, prefixed: bool = True) -> bool:
+        return (self.prefix + name if prefixed else name) in self._file_of
 
-    def get(self, name: str, prefixed: bool = True) -> torch.Tensor:
-        """The tensor `prefix + name` (`name` itself when not `prefixed`), on the target
-        device, in the target dtype."""
+    def _handle(self, name: str, prefixed: bool) -> tuple[str, Path, object]:
+        """(full name, its file, the file's open handle) of tensor `name`."""
         full = self.prefix + name if prefixed else name
         if full not in self._file_of:
             raise ModelLoadError(f"missing tensor {full!r} in {self.directory}")
@@ -103,6 +102,12 @@ class Checkpoint:
         if handle is None:
             handle = _open(path, str(self.device))
             self._handles[path] = handle
+        return full, path, handle
+
+    def get(self, name: str, prefixed: bool = True) -> torch.Tensor:
+        """The tensor `prefix + name` (`name` itself when not `prefixed`), on the target
+        device, in the target dtype."""
+        full, path, handle = self._handle(name, prefixed)
         try:
             tensor = handle.get_tensor(full)
         except SafetensorError as error:
@@ -110,6 +115,18 @@ class Checkpoint:
         if self.progress is not None:
             self.progress.update()
         return tensor.to(self.dtype)
+
+    def rows(self, name: str, indices: Iterable[int], prefixed: bool = True) -> torch.Tensor:
+        """Rows `indices` of the matrix `name` as one [len(indices), ...] tensor on the target
+        device, in the target dtype: only those rows are read (an LM head's two answer rows,
+        not its whole vocabulary)."""
+        full, path, handle = self._handle(name, prefixed)
+        try:
+            matrix = handle.get_slice(full)
+            tensor = torch.cat([matrix[i:i + 1] for i in indices])
+        except SafetensorError as error:
+            raise ModelLoadError(f"cannot read tensor {full!r} from {path}: {error}") from None
+        return tensor.to(self.device, self.dtype)
 
     def close(self) -> None:
         self._handles.clear()

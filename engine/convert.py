@@ -276,6 +276,48 @@ def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> Weights:
     return out
 
 
+def qwen3_answer_weights(ckpt: Checkpoint, config: dict[str, Any], token_ids: list[int]
+                         ) -> Weights:
+    """Our AnswerHead's state dict: rows `token_ids` ("no", "yes") of a Qwen3ForCausalLM's LM
+    head, `lm_head.weight`, or of `embed_tokens.weight` when config.json ties the two
+    (`tie_word_embeddings`, as Qwen3-Reranker-0.6B does; the file then holds no LM head)."""
+    tied = config.get("tie_word_embeddings", False) is True
+    if not tied and not ckpt.has("lm_head.weight", prefixed=False):
+        raise ModelLoadError(f"missing tensor 'lm_head.weight' in {ckpt.directory}: a reranker "
+                             "reads its answers' rows (config.json does not tie it to the "
+                             "embeddings: tie_word_embeddings is not true)")
+    name, prefixed = ("embed_tokens.weight", True) if tied else ("lm_head.weight", False)
+    vocab = _int(config, "vocab_size")
+    if any(i >= vocab for i in token_ids):
+        raise ModelLoadError(f"config.json: vocab_size {vocab} has no row for the answer token "
+                             f"ids {token_ids}")
+    out = Weights()
+    shown = f"{ckpt.prefix if prefixed else ''}{name}[{', '.join(map(str, token_ids))}]"
+    out.put("answers", ckpt.rows(name, token_ids, prefixed), shown)
+    return out
+
+
+def qwen3_score_weights(ckpt: Checkpoint, config: dict[str, Any]) -> Weights:
+    """Our AnswerHead's state dict from a Qwen3ForSequenceClassification (`score.weight`
+    [num_labels, H], no bias), as AnswerHead's rows (negative, positive): one label's row
+    after a zero row (its logit is the score), or of two the other label's row, then the
+    relevant one's (`relevance_label`). Qwen3-Reranker converted this way (vLLM's and
+    sentence-transformers' "seq-cls" form) has the one row lm_head[yes] - lm_head[no]."""
+    labels, label = relevance_label(config)
+    if labels > 2:
+        raise ModelLoadError(f"config.json: a Qwen3 classifier of {labels} labels is not "
+                             "served as a reranker (one relevance logit, or two labels)")
+    ckpt.require(["score.weight"], prefixed=False)
+    score = ckpt.get("score.weight", prefixed=False)
+    if score.shape[0] != labels:
+        raise ModelLoadError(f"weights in {ckpt.directory} do not fit config.json: score.weight "
+                             f"has {score.shape[0]} rows for {labels} labels")
+    negative = torch.zeros_like(score[0]) if labels == 1 else score[1 - label]
+    out = Weights()
+    out.put("answers", torch.stack([negative, score[label]]), "score.weight")
+    return out
+
+
 def _fuse(tensors: list[torch.Tensor], name: str) -> torch.Tensor:
     """Concatenate projections along the output axis; ModelLoadError when their inputs differ."""
     try:

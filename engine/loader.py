@@ -7,7 +7,8 @@ A directory holds `config.json`, `model.safetensors` (or shards with
 (those read by hedgerow/model_files.py, shared with the gateway). This module turns that into a
 model on the target device and dtype plus the serving defaults. Every failure is a ModelLoadError
 that says what is wrong and where. It knows nothing about tokenizers (the tokenizer.json is the
-caller's business) or about batching.
+caller's business, but for the two answer tokens a Qwen3-Reranker's score reads) or about
+batching.
 """
 
 from dataclasses import dataclass
@@ -21,12 +22,14 @@ from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
 from hedgerow.engine.models.bert import BertConfig, BertModel, LexicalWeights, ScoreHead
 from hedgerow.engine.pooling import TOKENS
-from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
+from hedgerow.engine.models.qwen3 import AnswerHead, Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import (
     SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, readable,
 )
 from hedgerow.progress import bar
+from hedgerow.reranker_prompt import ANSWER_TOKENS
+from hedgerow.tokenizer_file import load_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,7 +39,7 @@ class LoadedModel:
     model: nn.Module  # BertModel, Qwen3Model or LexicalWeights, eval, on `device` in `dtype`
     architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
     task: str  # embed | rerank | sparse (hedgerow.model_files.TASKS)
-    head: ScoreHead | None  # a cross-encoder's score head (applied to the pooled rows)
+    head: ScoreHead | AnswerHead | None  # a cross-encoder's score head (on the pooled rows)
     config: BertConfig | Qwen3Config
     name: str
     pooling: str
@@ -68,9 +71,12 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     """Load the model directory `path` onto `device` in `dtype` (a key of `DTYPES`).
 
     `causal` applies to Qwen3 only: None reads config.json (`is_causal`,
-    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask. `task` (embed or
-    rerank) is what the caller expects: a checkpoint of another task is a ModelLoadError;
-    None takes the checkpoint's (config.json `architectures`).
+    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask. `task` (embed,
+    rerank or sparse) is what the caller expects: a checkpoint of another task is a
+    ModelLoadError; None takes the checkpoint's (config.json `architectures`). A
+    Qwen3ForCausalLM is an embedding model unless `task` is rerank: then it is Qwen3-Reranker,
+    scored by its LM head's "yes" and "no" rows (their ids from the directory's tokenizer.json);
+    its Qwen3ForSequenceClassification conversion is a reranker by its architecture.
     """
     directory = Path(path).expanduser()
     with readable(directory):
@@ -111,6 +117,19 @@ def _with_lexical_weights(encoder: BertModel, directory: Path, device: torch.dev
     return model
 
 
+def _answer_ids(directory: Path) -> list[int]:
+    """The token ids of Qwen3-Reranker's answers ("no", "yes": ANSWER_TOKENS) in the
+    directory's tokenizer.json, each one token as the reference looks it up."""
+    tokenizer = load_tokenizer(directory)
+    ids = [tokenizer.token_to_id(token) for token in ANSWER_TOKENS]
+    absent = [token for token, i in zip(ANSWER_TOKENS, ids) if i is None]
+    if absent:
+        raise ModelLoadError(f"{directory / 'tokenizer.json'} has no token "
+                             f"{' or '.join(repr(t) for t in absent)}: a Qwen3-Reranker scores "
+                             "the answers \"yes\" and \"no\", one token each")
+    return ids
+
+
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
                 causal: bool | None, expected_task: str | None) -> LoadedModel:
     if not directory.exists():
@@ -135,13 +154,18 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
             raise ModelLoadError(f"task 'sparse' needs {SPARSE_HEAD_FILE} (BGE-M3's lexical "
                                  f"weight head) in {directory}; there is none")
         task = "sparse"
+    architectures = hf.get("architectures") or []
+    if expected_task == "rerank" and task == "embed" and "Qwen3ForCausalLM" in architectures:
+        task = "rerank"  # Qwen3-Reranker: its answers' rows of the LM head score
+    qwen3_reranker = task == "rerank" and model_type == "qwen3"
     if expected_task is not None and task != expected_task:
         shown = ", ".join(hf.get("architectures") or []) or model_type
         raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
                              f"the {expected_task!r} asked for")
-    if task != "embed" and model_type not in convert.BERT_FAMILY:
+    if task != "embed" and model_type not in convert.BERT_FAMILY and not qwen3_reranker:
         raise ModelLoadError(f"{config_path}: task {task!r} is not served for {model_type} "
-                             f"(it is for {', '.join(convert.BERT_FAMILY)})")
+                             f"(it is for {', '.join(convert.BERT_FAMILY)}, and rerank for a "
+                             "Qwen3ForCausalLM: Qwen3-Reranker)")
     st = read_sentence_transformers(directory)
     head = None
     checkpoint = Checkpoint(directory, device, torch_dtype)
@@ -149,10 +173,23 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         checkpoint.progress = progress
         if model_type == "qwen3":
             config: BertConfig | Qwen3Config = convert.qwen3_config(hf, causal)
+            if qwen3_reranker and not config.causal:
+                raise ModelLoadError(f"{config_path}: Qwen3-Reranker reads its prompt with the "
+                                     "causal mask it was trained with; bidirectional attention "
+                                     "(config.json is_causal false, or causal=False) would "
+                                     "change every score")
             with torch.device("meta"):
                 model: nn.Module = Qwen3Model(config)
             weights = convert.qwen3_weights(checkpoint, config)
             default_pooling = "last" if config.causal else "mean"
+            if qwen3_reranker:
+                with torch.device("meta"):
+                    head = AnswerHead(config.hidden_size)
+                if "Qwen3ForSequenceClassification" in architectures:
+                    head_weights = convert.qwen3_score_weights(checkpoint, hf)
+                else:
+                    head_weights = convert.qwen3_answer_weights(checkpoint, hf,
+                                                                _answer_ids(directory))
         else:
             config = convert.bert_config(hf, task)
             with torch.device("meta"):
@@ -185,10 +222,10 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         head=head,
         config=config,
         name=model_name(directory),
-        # A cross-encoder's head reads the first token ([CLS] / <s>), whatever files say;
-        # lexical weights are per token.
-        pooling=("cls" if head is not None else TOKENS if task == "sparse"
-                 else st.pooling or default_pooling),
+        # A cross-encoder's head reads the first token ([CLS] / <s>), Qwen3-Reranker's the
+        # last (where its answer would come), whatever files say; lexical weights are per token.
+        pooling=(("last" if qwen3_reranker else "cls") if head is not None
+                 else TOKENS if task == "sparse" else st.pooling or default_pooling),
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,
         templates=st.templates,

@@ -1,8 +1,9 @@
 """What the gateway knows about the served model before and after a server answers Info.
 
 Owns the facts the gateway needs to validate and template requests: the served name, the task
-(`embed`, or `rerank` for a cross-encoder), the embedding width, the longest sequence, the
-vocabulary size and the query/document templates. They are read from the model directory at start
+(`embed`, or `rerank` for a cross-encoder), the architecture (a qwen3 cross-encoder reads
+Qwen3-Reranker's prompt), the embedding width, the longest sequence, the vocabulary size and
+the query/document templates. They are read from the model directory at start
 (config.json, sentence_bert_config.json, config_sentence_transformers.json) and refined by the
 first server's `Info` answer, which is authoritative for what the server will accept. Also owns
 the rule for Matryoshka truncation: a model declares it was trained for it with
@@ -34,6 +35,7 @@ class ModelCard:
     templates: dict[str, str]       # input_type -> prefix prepended before tokenizing
     max_request_tokens: int | None  # the server's per-request cap, from Info
     task: str = "embed"             # embed | rerank (hedgerow.model_files.TASKS)
+    architecture: str | None = None  # config.json model_type (Info's architecture), e.g. qwen3
     # Matryoshka: None, not declared; () declared for any width; else the widths declared.
     matryoshka: tuple[int, ...] | None = None
 
@@ -118,6 +120,8 @@ def load_card(
         templates=templates,
         max_request_tokens=None,
         task=model_task(config, model_dir / "config.json"),
+        architecture=config.get("model_type") if isinstance(config.get("model_type"), str)
+        else None,
         matryoshka=read_matryoshka(model_dir, configs),
     )
 
@@ -139,6 +143,7 @@ def refine_with_info(card: ModelCard, info: Any, configured: dict[str, str]) -> 
         templates=templates,
         max_request_tokens=info.max_request_tokens or None,
         task=info.task or card.task,
+        architecture=info.architecture or card.architecture,
     )
     if refined != card:
         log.info("%s", fields(event="model.info", model=info.model, task=refined.task,

@@ -6,10 +6,11 @@ the steps of one request (the query's and the documents' templates, tokenizing, 
 limits, cutting the documents into chunks that each travel WITH the query as one Score call);
 the exact merge of the per-chunk top-k lists (`merge_ranked`); and the response body. When the
 served model is a cross-encoder (task `rerank`), the query and each document are tokenized
-as one pair instead and scored by the server's Rerank, the same merge ranking the logits and
-the answer carrying their sigmoid (or the logits themselves, TEI's `raw_scores`). The
-routing of chunks is the router's; errors are translated in http_errors.py. Knows nothing about
-HTTP or gRPC, and imports no torch: the merge is plain Python.
+as one pair instead (a Qwen3-Reranker's in its prompt) and scored by the server's Rerank, the
+same merge ranking the logits and the answer carrying their sigmoid (or the logits themselves,
+TEI's `raw_scores`). The routing of chunks is the router's; errors are translated in
+http_errors.py. Knows nothing about HTTP or gRPC, and imports no torch: the merge is plain
+Python.
 """
 
 import dataclasses
@@ -26,6 +27,7 @@ from hedgerow.gateway.schema import (
 )
 from hedgerow.gateway.service import EmbeddingService
 from hedgerow.gateway.tokenizer import Sequences
+from hedgerow.reranker_prompt import PROMPTED_ARCHITECTURES
 
 DOCUMENT_SHAPES = 'a list of strings or of objects {"text": string}'
 # Tokenize without the tokenizer's own length check: rerank names the limit in its own words.
@@ -225,14 +227,16 @@ class Reranker:
     async def _cross_encode(self, body: RerankRequest, query: str, documents: list[str],
                             top_n: int, deadline: float) -> Reranked:
         """A cross-encoder's ranking: every (query, document) pair tokenized with the pair
-        template (documents cut to the model's limit unless the request says truncate false),
-        chunked on the token budget, scored by Rerank calls, merged in the one order; scores
-        are the sigmoid of the logits unless `raw_scores` (the order is the logits')."""
+        template, or a Qwen3-Reranker's prompt (documents cut to the model's limit unless the
+        request says truncate false), chunked on the token budget, scored by Rerank calls,
+        merged in the one order; scores are the sigmoid of the logits unless `raw_scores` (the
+        order is the logits')."""
         service = self._service
         settings = service.settings
+        card = service.card
         pairs = await service.tokenizer.encode_pairs(
-            query, documents, max_tokens=service.card.max_tokens,
-            truncate=body.truncate is not False)
+            query, documents, max_tokens=card.max_tokens, truncate=body.truncate is not False,
+            prompted=card.architecture in PROMPTED_ARCHITECTURES)
         if pairs.total_tokens > settings.max_request_tokens:
             raise RequestError(
                 f"the request has {pairs.total_tokens} tokens (the query once per document); "

@@ -4,8 +4,9 @@ Owns tokenization and templating: a template (the input type's prefix) is prepen
 the batch is encoded by the Rust tokenizer in a thread pool so a large request never stalls the
 event loop, and sequences longer than the model's limit are rejected with the limit named (or
 truncated, when configured). A cross-encoder's query-document pairs are encoded with the
-tokenizer's pair template, token type ids kept, the document side cut to fit. Padding and the
-tokenizer file's own truncation are switched off: the wire is ragged. A request of a few short
+tokenizer's pair template, token type ids kept, the document side cut to fit; a
+Qwen3-Reranker's in its prompt instead (hedgerow/reranker_prompt.py). Padding and the tokenizer
+file's own truncation are switched off: the wire is ragged. A request of a few short
 texts is tokenized inline, since that takes microseconds and a thread hop costs more. Knows nothing
 about servers, HTTP or chunking.
 """
@@ -22,6 +23,7 @@ from tokenizers import Tokenizer
 
 from hedgerow.errors import ModelLoadError
 from hedgerow.gateway.errors import RequestError
+from hedgerow.reranker_prompt import SUFFIX, document_part, query_part
 
 # Requests with at most this many characters in all are tokenized on the event loop: tens of
 # microseconds, less than handing them to a thread.
@@ -71,9 +73,10 @@ def too_long_message(index: int, length: int, max_tokens: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class Pairs:
     """A rerank request's query-document pairs as the tokenizer's pair encoding wrote them
-    ([CLS] q [SEP] d [SEP]), in the ragged layout: input_ids and type_ids int32 [T]
-    (`array('i')`; type 0 the query's tokens, 1 the document's, where the tokenizer has
-    segments), lengths [N], and the documents cut to fit the model (their indices)."""
+    ([CLS] q [SEP] d [SEP]; or in Qwen3-Reranker's prompt), in the ragged layout: input_ids and
+    type_ids int32 [T] (`array('i')`; type 0 the query's tokens, 1 the document's, where the
+    tokenizer has segments), lengths [N], and the documents cut to fit the model (their
+    indices)."""
 
     input_ids: array.array
     type_ids: array.array
@@ -88,11 +91,18 @@ class Pairs:
         return list(itertools.accumulate(self.lengths, initial=0))
 
 
-def query_too_long_message(length: int, specials: int, max_tokens: int) -> str:
+def query_too_long_message(length: int, specials: int, max_tokens: int,
+                           specials_are: str = "separators") -> str:
     return (f"query has {length} tokens; the model reads a query and a document together in "
-            f"at most {max_tokens} tokens ({specials} of them separators), so a query may have "
-            f"at most {max_tokens - specials - 1} (documents are cut to fit, the query never "
-            "is). Shorten the query.")
+            f"at most {max_tokens} tokens ({specials} of them {specials_are}), so a query may "
+            f"have at most {max_tokens - specials - 1} (documents are cut to fit, the query "
+            "never is). Shorten the query.")
+
+
+def pair_too_long_message(index: int, length: int, max_tokens: int) -> str:
+    return (f"documents[{index}] makes a pair of {length} tokens with the query; the model "
+            f"accepts at most {max_tokens}. Shorten it, or let it be cut (leave truncate unset "
+            "or true).")
 
 
 class TextTokenizer:
@@ -181,11 +191,8 @@ class TextTokenizer:
         ids, types, lengths, truncated = array.array("i"), array.array("i"), [], set()
         for index, encoding in enumerate(encodings):
             if len(encoding.ids) > max_tokens:
-                raise RequestError(
-                    f"documents[{index}] makes a pair of {len(encoding.ids)} tokens with the "
-                    f"query; the model accepts at most {max_tokens}. Shorten it, or let it be "
-                    "cut (leave truncate unset or true).", param="documents",
-                    code="context_length_exceeded")
+                raise RequestError(pair_too_long_message(index, len(encoding.ids), max_tokens),
+                                   param="documents", code="context_length_exceeded")
             if encoding.overflowing:
                 truncated.add(index)
             ids.extend(encoding.ids)
@@ -193,14 +200,53 @@ class TextTokenizer:
             lengths.append(len(encoding.ids))
         return Pairs(ids, types, lengths, frozenset(truncated))
 
+    def encode_prompted_pairs_sync(self, query: str, documents: list[str], max_tokens: int,
+                                   truncate: bool) -> Pairs:
+        """Each pair in Qwen3-Reranker's prompt (hedgerow/reranker_prompt.py), as its model
+        card's reference builds it: the part before the document, the document and the
+        suffix tokenized apart (no special tokens added) and joined, the document's tokens
+        cut from its end to fit `max_tokens` when `truncate` (else a RequestError names the
+        first pair that is too long). All tokens are of type 0. A query that leaves no room
+        for a document is a RequestError either way."""
+        plain = self._plain
+        head = plain.encode(query_part(query), add_special_tokens=False).ids
+        tail = plain.encode(SUFFIX, add_special_tokens=False).ids
+        room = max_tokens - len(head) - len(tail)
+        if room < 1:
+            query_length = len(plain.encode(query, add_special_tokens=False).ids)
+            raise RequestError(
+                query_too_long_message(query_length, len(head) + len(tail) - query_length,
+                                       max_tokens, "Qwen3-Reranker's prompt"),
+                param="query", code="context_length_exceeded")
+        encodings = plain.encode_batch_fast([document_part(d) for d in documents],
+                                            add_special_tokens=False)
+        ids, lengths, truncated = array.array("i"), [], set()
+        for index, encoding in enumerate(encodings):
+            document = encoding.ids
+            if len(document) > room:
+                if not truncate:
+                    raise RequestError(
+                        pair_too_long_message(index, len(head) + len(document) + len(tail),
+                                              max_tokens),
+                        param="documents", code="context_length_exceeded")
+                document = document[:room]
+                truncated.add(index)
+            ids.extend(head)
+            ids.extend(document)
+            ids.extend(tail)
+            lengths.append(len(head) + len(document) + len(tail))
+        return Pairs(ids, array.array("i", [0]) * len(ids), lengths, frozenset(truncated))
+
     async def encode_pairs(self, query: str, documents: list[str], *, max_tokens: int,
-                           truncate: bool) -> Pairs:
-        """`encode_pairs_sync` in the thread pool (inline for a small request)."""
+                           truncate: bool, prompted: bool = False) -> Pairs:
+        """`encode_pairs_sync` (`encode_prompted_pairs_sync` when `prompted`: a
+        Qwen3-Reranker) in the thread pool (inline for a small request)."""
+        encode = self.encode_prompted_pairs_sync if prompted else self.encode_pairs_sync
         if len(query) * len(documents) + sum(len(d) for d in documents) <= INLINE_CHARS:
-            return self.encode_pairs_sync(query, documents, max_tokens, truncate)
+            return encode(query, documents, max_tokens, truncate)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.encode_pairs_sync, query, documents,
-                                          max_tokens, truncate)
+        return await loop.run_in_executor(self._pool, encode, query, documents, max_tokens,
+                                          truncate)
 
     def _pair_tokenizer(self, max_tokens: int) -> Tokenizer:
         """A tokenizer that cuts a pair's second sequence (the document) to `max_tokens`."""

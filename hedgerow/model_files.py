@@ -26,13 +26,14 @@ POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
 # vectors) or `rerank` (a cross-encoder: one relevance score per query-document pair). A head
 # the engine would drop (masked-LM, token classification, ...) is not here: such a checkpoint
 # is refused, never served as something else. Qwen3ForCausalLM is how Qwen3 embedding models
-# ship (the LM head is unused by them). A config without `architectures` is its model_type's
-# base model.
+# ship (the LM head is unused by them), and Qwen3-Reranker too: that one is a reranker only
+# when the task is asked for (engine/loader.py). A config without `architectures` is its
+# model_type's base model.
 ARCHITECTURES = {
     "BertModel": "embed", "RobertaModel": "embed", "XLMRobertaModel": "embed",
     "Qwen3Model": "embed", "Qwen3ForCausalLM": "embed",
     "BertForSequenceClassification": "rerank", "RobertaForSequenceClassification": "rerank",
-    "XLMRobertaForSequenceClassification": "rerank",
+    "XLMRobertaForSequenceClassification": "rerank", "Qwen3ForSequenceClassification": "rerank",
 }
 # `sparse` (BGE-M3's lexical weights) is never read from config.json: a BGE-M3 checkpoint is an
 # embedding model that also ships `sparse_linear.pt`, and serves sparse vectors when asked.

@@ -1,11 +1,13 @@
-"""Qwen3 decoder stacks used as embedding models, on the ragged token axis. Math only.
+"""Qwen3 decoder stacks used as embedding models and rerankers, on the ragged token axis. Math
+only.
 
 Pre-norm blocks with RMSNorm, per-head RMSNorm on queries and keys, rotary position
 embeddings, grouped-query attention and a SwiGLU MLP. Query, key and value are one fused
 projection (`qkv`, [(Hq + 2 Hkv) D, H]) and gate/up one more ([gate; up] rows), which sits with
 its SwiGLU in one Sequential (`gate_up`) so a backend may fuse the pair (cuda_linear.py); the
 loader fuses the checkpoint's matrices. `causal` picks causal (the LLM's own mask) or bidirectional
-attention (embedding fine-tunes such as pplx-embed). No KV cache, no padding, no I/O.
+attention (embedding fine-tunes such as pplx-embed). `AnswerHead` turns the last token's
+hidden state into Qwen3-Reranker's relevance score. No KV cache, no padding, no I/O.
 """
 
 from dataclasses import dataclass
@@ -119,3 +121,24 @@ class Qwen3Model(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin, cu_seqlens, max_seqlen, attention)
         return self.norm(x)
+
+
+class AnswerHead(nn.Module):
+    """Qwen3-Reranker's score: the log-odds of the answer "yes" against "no" at the last token.
+
+    forward(pooled float32 [B, H], the last token's hidden state after the final norm) ->
+    float32 [B, 1], `logit_yes - logit_no`, whose sigmoid is softmax([logit_no, logit_yes])[1],
+    the reranker's relevance probability. `answers` [2, H] holds the LM head's rows of "no" and
+    "yes" only: the rest of the vocabulary never matters to the score, so it is never computed.
+    (A sequence-classification conversion's rows fit too: a zero row and its one label's.)
+    Computes in its weights' dtype (the loader keeps float64, as for ScoreHead in bert.py: a
+    pair's score then does not depend on its row in the batch).
+    """
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.answers = nn.Parameter(torch.empty(2, hidden_size))
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        logits = pooled.to(self.answers.dtype) @ self.answers.T
+        return (logits[:, 1:2] - logits[:, 0:1]).float()
