@@ -89,8 +89,8 @@ class Checkpoint:
         if self.progress is not None and prefixed:
             self.progress.reset(total=len(names))
 
-    def has(self, name: str) -> bool:
-        return self.prefix + name in self._file_of
+    def has(self, name: str, prefixed: bool = True) -> bool:
+        return (self.prefix + name if prefixed else name) in self._file_of
 
     def get(self, name: str, prefixed: bool = True) -> torch.Tensor:
         """The tensor `prefix + name` (`name` itself when not `prefixed`), on the target

@@ -238,6 +238,41 @@ def score_head_weights(ckpt: Checkpoint, model_type: str) -> Weights:
     return out
 
 
+# BertForMaskedLM's head: (our name in MaskedLM, the checkpoint's), weights and biases.
+_MLM_TENSORS = (("transform.0", "cls.predictions.transform.dense"),
+                ("transform_norm", "cls.predictions.transform.LayerNorm"))
+
+
+def mlm_head_weights(ckpt: Checkpoint, config: dict[str, Any]) -> tuple[Weights, bool]:
+    """Our MaskedLM head's state dict (without the encoder) from a BertForMaskedLM checkpoint,
+    and whether the decoder is tied to the word embeddings (config.json `tie_word_embeddings`,
+    true unless it says otherwise; then the checkpoint's decoder weight, if any, is not read,
+    as transformers ties it over whatever the file holds)."""
+    tied = config.get("tie_word_embeddings", True)
+    if not isinstance(tied, bool):
+        raise ModelLoadError(f"config.json: tie_word_embeddings must be true or false, "
+                             f"got {tied!r}")
+    # The bias the decoder adds is `cls.predictions.decoder.bias`; a tied checkpoint holds it
+    # as `cls.predictions.bias` only (transformers ties the two; an untied one may hold both,
+    # and then the decoder's is the one its forward adds).
+    bias = ("cls.predictions.decoder.bias"
+            if ckpt.has("cls.predictions.decoder.bias", prefixed=False)
+            else "cls.predictions.bias")
+    names = [f"{theirs}.{kind}" for _, theirs in _MLM_TENSORS for kind in ("weight", "bias")]
+    names += [bias] + ([] if tied else ["cls.predictions.decoder.weight"])
+    ckpt.require(names, prefixed=False)
+    out = Weights()
+    for ours, theirs in _MLM_TENSORS:
+        for kind in ("weight", "bias"):
+            out.put(f"{ours}.{kind}", ckpt.get(f"{theirs}.{kind}", prefixed=False),
+                    f"{theirs}.{kind}")
+    out.put("decoder.bias", ckpt.get(bias, prefixed=False), bias)
+    if not tied:
+        out.put("decoder.weight", ckpt.get("cls.predictions.decoder.weight", prefixed=False),
+                "cls.predictions.decoder.weight")
+    return out, tied
+
+
 def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> Weights:
     """Our Qwen3Model's state dict from a Qwen3 checkpoint (with or without "model.")."""
     ckpt.use_prefix_of("embed_tokens.weight")

@@ -19,12 +19,14 @@ from torch import nn
 from hedgerow.defaults import model_name
 from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
-from hedgerow.engine.models.bert import BertConfig, BertModel, LexicalWeights, ScoreHead
-from hedgerow.engine.pooling import TOKENS
+from hedgerow.engine.models.bert import (BertConfig, BertModel, LexicalWeights, MaskedLM,
+                                         ScoreHead)
+from hedgerow.engine.pooling import SPLADE, TOKENS
 from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import (
-    SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, readable,
+    SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, read_splade_pooling,
+    readable,
 )
 from hedgerow.progress import bar
 
@@ -33,7 +35,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass
 class LoadedModel:
-    model: nn.Module  # BertModel, Qwen3Model or LexicalWeights, eval, on `device` in `dtype`
+    model: nn.Module  # BertModel, Qwen3Model, LexicalWeights or MaskedLM, eval, on `device`
     architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
     task: str  # embed | rerank | sparse (hedgerow.model_files.TASKS)
     head: ScoreHead | None  # a cross-encoder's score head (applied to the pooled rows)
@@ -68,9 +70,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     """Load the model directory `path` onto `device` in `dtype` (a key of `DTYPES`).
 
     `causal` applies to Qwen3 only: None reads config.json (`is_causal`,
-    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask. `task` (embed or
-    rerank) is what the caller expects: a checkpoint of another task is a ModelLoadError;
-    None takes the checkpoint's (config.json `architectures`).
+    `use_bidirectional_attention`) and otherwise keeps the LLM's causal mask. `task` (embed,
+    rerank or sparse) is what the caller expects: a checkpoint of another task is a
+    ModelLoadError; None takes the checkpoint's (config.json `architectures`). Task sparse is
+    SPLADE for a masked-LM checkpoint, BGE-M3's lexical weights for an embedding checkpoint
+    with `sparse_linear.pt` beside it.
     """
     directory = Path(path).expanduser()
     with readable(directory):
@@ -111,6 +115,31 @@ def _with_lexical_weights(encoder: BertModel, directory: Path, device: torch.dev
     return model
 
 
+def _with_mlm_head(encoder: BertModel, weights: convert.Weights, tied: bool,
+                   directory: Path) -> MaskedLM:
+    """`encoder` with a BertForMaskedLM checkpoint's head (`convert.mlm_head_weights`); a tied
+    decoder shares the word embeddings' tensor."""
+    with torch.device("meta"):
+        model = MaskedLM(encoder)
+    if tied:
+        weights.put("decoder.weight", encoder.word_embeddings.weight,
+                    "embeddings.word_embeddings.weight (tied)")
+    _check_fit(model, weights, directory)
+    state = {f"encoder.{name}": t for name, t in encoder.state_dict().items()}
+    model.load_state_dict(state | weights, strict=True, assign=True)
+    return model
+
+
+def _check_splade_pooling(directory: Path) -> None:
+    """A SparseEncoder directory's SpladePooling must be what the engine computes."""
+    strategy, activation = read_splade_pooling(directory)
+    if (strategy, activation) != ("max", "relu"):
+        raise ModelLoadError(
+            f"{directory}: SpladePooling with pooling_strategy {strategy!r} and "
+            f"activation_function {activation!r} is not served (served: max over the tokens "
+            "of log(1 + relu(logit)), SPLADE v2's)")
+
+
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
                 causal: bool | None, expected_task: str | None) -> LoadedModel:
     if not directory.exists():
@@ -130,6 +159,7 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
     task = model_task(hf, config_path)
+    splade = task == "sparse"  # a masked-LM checkpoint; BGE-M3's lexical weights are asked for
     if expected_task == "sparse" and task == "embed":
         if not (directory / SPARSE_HEAD_FILE).is_file():
             raise ModelLoadError(f"task 'sparse' needs {SPARSE_HEAD_FILE} (BGE-M3's lexical "
@@ -137,12 +167,15 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         task = "sparse"
     if expected_task is not None and task != expected_task:
         shown = ", ".join(hf.get("architectures") or []) or model_type
+        only = " (a masked-LM checkpoint serves SPLADE sparse vectors only)" if splade else ""
         raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
-                             f"the {expected_task!r} asked for")
+                             f"the {expected_task!r} asked for{only}")
     if task != "embed" and model_type not in convert.BERT_FAMILY:
         raise ModelLoadError(f"{config_path}: task {task!r} is not served for {model_type} "
                              f"(it is for {', '.join(convert.BERT_FAMILY)})")
     st = read_sentence_transformers(directory)
+    if splade:
+        _check_splade_pooling(directory)
     head = None
     checkpoint = Checkpoint(directory, device, torch_dtype)
     with bar(checkpoint.tensor_count, "loading weights", unit="tensor") as progress:
@@ -164,10 +197,14 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
                 with torch.device("meta"):
                     head = ScoreHead(config.hidden_size, labels, label)
                 head_weights = convert.score_head_weights(checkpoint, model_type)
+            elif splade:
+                mlm_weights, tied = convert.mlm_head_weights(checkpoint, hf)
         checkpoint.close()
     _check_fit(model, weights, directory)
     model.load_state_dict(weights, strict=True, assign=True)
-    if task == "sparse":
+    if splade:
+        model = _with_mlm_head(model, mlm_weights, tied, directory)
+    elif task == "sparse":
         model = _with_lexical_weights(model, directory, device, torch_dtype)
     model.eval().requires_grad_(False)
     if head is not None:
@@ -186,9 +223,9 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         config=config,
         name=model_name(directory),
         # A cross-encoder's head reads the first token ([CLS] / <s>), whatever files say;
-        # lexical weights are per token.
-        pooling=("cls" if head is not None else TOKENS if task == "sparse"
-                 else st.pooling or default_pooling),
+        # lexical weights are per token; SPLADE max-pools the MLM logits.
+        pooling=("cls" if head is not None else SPLADE if splade else TOKENS
+                 if task == "sparse" else st.pooling or default_pooling),
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,
         templates=st.templates,
