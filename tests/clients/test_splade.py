@@ -7,7 +7,7 @@ weight checkpoint of the real vocabulary (tests/conftest.py `write_splade_model`
 The reference: `transformers`' BertForMaskedLM on each text and SpladePooling's formula (tests/
 engine/test_splade.py), answered as `{index, value}` lists of the non-zero entries, ids
 ascending, within 1e-3. A dense call to the sparse model and a sparse call to a dense one (the
-packaged all-MiniLM-L6-v2) are 400s naming the model's task.
+packaged all-MiniLM-L6-v2) are 400s naming the model's task (422 on TEI's routes).
 """
 
 import httpx
@@ -101,4 +101,4 @@ def test_a_sparse_call_to_a_dense_model_names_its_task(tmp_path_factory):
     assert error["code"] == "wrong_task" and error["param"] == "model"
     assert ("is of task 'embed' (an embedding model: call /v1/embeddings, /v2/embed or "
             "/embed) and serves no sparse vectors") in error["message"]
-    assert tei.status_code == 400 and "serves no sparse vectors" in tei.text
+    assert tei.status_code == 422 and "serves no sparse vectors" in tei.text  # TEI's invalid

@@ -1,7 +1,9 @@
 """SPLADE through the CUDA step path (engine/gpu.py): bucketed, captured and replayed, the MLM
-head and the max over tokens inside the graph, against the CPU engine on the same checkpoint
-(tests/conftest.py `write_splade_model`). Float32 on both, so the values agree within 1e-3 and
-the non-zero ids are the same; tail padding and empty slots change nothing. Needs CUDA.
+head and the max over tokens inside the graph, against the CPU engine in float32 on the same
+checkpoint (tests/conftest.py `write_splade_model`). The GPU runs bfloat16, as it serves: values
+agree within 0.1 (they reach about 2), and an id weighing more than 0.25 on either side is
+non-zero on both; tail padding, empty slots and replay change nothing beyond that. Needs CUDA;
+not yet run on a GPU.
 """
 
 import numpy as np
@@ -17,7 +19,6 @@ from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.graphs import State  # noqa: E402
 from hedgerow.gpu_settings import GpuSettings  # noqa: E402
 from hedgerow.graph_grid import Config  # noqa: E402
-from hedgerow.server.sparse import vocabulary_weights  # noqa: E402
 from tests.conftest import write_splade_model  # noqa: E402
 
 VOCAB = 30522
@@ -39,17 +40,19 @@ def _rows(engine, sequences):
 
 
 def _assert_same(got, expected):
+    """bfloat16 against float32: within 0.1, and the same ids above 0.25 on either side."""
     assert got.shape == expected.shape
-    for (ids, values), (want_ids, want) in zip(vocabulary_weights(got),
-                                               vocabulary_weights(expected)):
-        assert ids.tolist() == want_ids.tolist()
-        np.testing.assert_allclose(values, want, rtol=0, atol=1e-3)
+    assert np.abs(got - expected).max() <= 0.1
+    for ours, theirs in zip(got, expected):
+        assert set(np.flatnonzero(ours > 0.25)) <= set(np.flatnonzero(theirs > 0))
+        assert set(np.flatnonzero(theirs > 0.25)) <= set(np.flatnonzero(ours > 0))
+    assert (expected > 0.25).sum() > 50  # the comparison means something
 
 
 def test_splade_on_the_gpu_equals_the_cpu_in_every_cache_state(splade_dir):
     settings = GpuSettings(graph_hot_set=(), graph_max_tokens=256, graph_max_seqs=8,
                            graph_seq_buckets=(1, 2, 4, 8), compile=False)
-    gpu = Engine.load(splade_dir, device="cuda", dtype="float32", gpu_settings=settings)
+    gpu = Engine.load(splade_dir, device="cuda", dtype="bfloat16", gpu_settings=settings)
     cpu = Engine.load(splade_dir, dtype="float32")
     assert (gpu.info.pooling, gpu.info.dimensions) == ("splade", VOCAB)
     sequences = _sequences([37, 5, 80], seed=1)  # 122 tokens: bucket 4 x 128, one empty slot
