@@ -190,7 +190,8 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
             config = convert.bert_config(hf, task)
             with torch.device("meta"):
                 model = BertModel(config)
-            weights = convert.bert_weights(checkpoint, config)
+            weights = (convert.distilbert_weights if model_type == "distilbert"
+                       else convert.bert_weights)(checkpoint, config)
             default_pooling = "mean"
             if task == "rerank":
                 labels, label = convert.relevance_label(hf)

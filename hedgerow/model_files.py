@@ -24,17 +24,17 @@ POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
 
 # config.json `architectures` the engine serves, and the task each serves: `embed` (pooled
 # vectors), `rerank` (a cross-encoder: one relevance score per query-document pair) or
-# `sparse` (BertForMaskedLM as SPLADE: its MLM head's logits max-pooled into a vocabulary-wide
-# sparse vector). A head the engine would drop (another masked-LM, token classification, ...)
-# is not here: such a checkpoint is refused, never served as something else. Qwen3ForCausalLM is how Qwen3 embedding models
-# ship (the LM head is unused by them). A config without `architectures` is its model_type's
-# base model.
+# `sparse` (a Bert- or DistilBertForMaskedLM as SPLADE: its MLM head's logits max-pooled into
+# a vocabulary-wide sparse vector). A head the engine would drop (another masked-LM, token
+# classification, ...) is not here: such a checkpoint is refused, never served as something
+# else. Qwen3ForCausalLM is how Qwen3 embedding models ship (the LM head is unused by them). A
+# config without `architectures` is its model_type's base model.
 ARCHITECTURES = {
     "BertModel": "embed", "RobertaModel": "embed", "XLMRobertaModel": "embed",
     "Qwen3Model": "embed", "Qwen3ForCausalLM": "embed",
     "BertForSequenceClassification": "rerank", "RobertaForSequenceClassification": "rerank",
     "XLMRobertaForSequenceClassification": "rerank",
-    "BertForMaskedLM": "sparse",
+    "BertForMaskedLM": "sparse", "DistilBertForMaskedLM": "sparse",
 }
 # BGE-M3's lexical weights (also `sparse`) are never read from config.json: a BGE-M3 checkpoint
 # is an embedding model that also ships `sparse_linear.pt`, and serves them when asked.

@@ -1,4 +1,4 @@
-"""SPLADE (task sparse on a BertForMaskedLM) against `transformers` and SPLADE's formula.
+"""SPLADE (task sparse on a Bert- or DistilBertForMaskedLM) against `transformers` and SPLADE's formula.
 
 The reference: `transformers`' BertForMaskedLM on the same random-weight checkpoint (the real
 vocabulary and tokenizer; tests/conftest.py `write_splade_model`), the texts as one padded
@@ -6,7 +6,8 @@ batch with its attention mask, then sentence-transformers' SpladePooling formula
 the masked-in tokens (special tokens included) of log(1 + relu(logits)). Ours: the engine's
 rows for one ragged batch, then the server's `vocabulary_weights`. Values within 1e-3 and the
 same non-zero ids (up to entries below 1e-5 on both sides, a logit within rounding of 0: see
-NOISE), with the decoder tied to the word embeddings and with its own weight.
+NOISE), with the decoder tied to the word embeddings and with its own weight, and for a
+DistilBertForMaskedLM.
 """
 
 import json
@@ -29,9 +30,11 @@ TEXTS = ["Hawthorn hedges shelter wrens, wrens and robins.", "A stone wall.", "i
          "Blackthorn flowers before its leaves open, early in the spring, along the lane."]
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+@pytest.fixture(scope="module", params=["tied", "untied", "distilbert"])
 def splade_dir(request, tmp_path_factory):
-    return write_splade_model(tmp_path_factory.mktemp("splade"), seed=3, tied=request.param)
+    return write_splade_model(tmp_path_factory.mktemp("splade"), seed=3,
+                              tied=request.param != "untied",
+                              distil=request.param == "distilbert")
 
 
 def token_ids(directory, texts):
@@ -42,7 +45,7 @@ def token_ids(directory, texts):
 
 def reference(directory, sequences) -> np.ndarray:
     """float32 [B, V]: SpladePooling's max over masked tokens of log(1 + relu(MLM logits))."""
-    model = transformers.BertForMaskedLM.from_pretrained(directory).eval()
+    model = transformers.AutoModelForMaskedLM.from_pretrained(directory).eval()
     width = max(map(len, sequences))
     ids = torch.zeros(len(sequences), width, dtype=torch.long)
     mask = torch.zeros(len(sequences), width, dtype=torch.long)
@@ -97,14 +100,14 @@ def test_one_token_alone(splade_dir):
 
 def test_a_masked_lm_serves_task_sparse_only(splade_dir):
     assert Engine.load(splade_dir, task="sparse").info.pooling == "splade"
-    with pytest.raises(ModelLoadError, match=r"task 'sparse' \(BertForMaskedLM\), not the "
-                       r"'embed' asked for \(a masked-LM checkpoint serves SPLADE sparse "
+    with pytest.raises(ModelLoadError, match=r"task 'sparse' \((Distil)?BertForMaskedLM\), "
+                       r"not the 'embed' asked for \(a masked-LM checkpoint serves SPLADE sparse "
                        r"vectors only\)"):
         Engine.load(splade_dir, task="embed")
 
 
 def test_other_masked_lm_heads_stay_refused(tmp_path):
-    for name in ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "DistilBertForMaskedLM"):
+    for name in ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "ModernBertForMaskedLM"):
         with pytest.raises(ModelLoadError, match=f"architecture '{name}' is not served"):
             model_task({"architectures": [name]}, tmp_path / "config.json")
 
