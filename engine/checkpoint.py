@@ -2,7 +2,8 @@
 in `model.safetensors.index.json`, straight onto the target device and dtype.
 
 This module owns file discovery, name lookup with the optional head prefix ("bert.",
-"roberta.", "distilbert.", "model.") and the "missing tensors" error. It knows nothing about architectures.
+"roberta.", "distilbert.", "model.") and the "missing tensors" error. It knows nothing about
+architectures.
 """
 
 import json

@@ -2,17 +2,18 @@
 
 Owns the routes, the API key check, the request deadline and the gateway's lifetime
 (`Gateway.start` starts the replica watchers, `stop` ends them). The routes speak three APIs:
-OpenAI's (`POST /v1/embeddings`, `/v1/embeddings/sparse`, `GET /v1/models`, `GET /v1/models/{model}`, and the Cohere v1 and
-Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
-Embeddings Inference's (`POST /embed`, `/embed_sparse`, `/rerank`, `/similarity`, `/`, `GET /info`,
-`/health`, `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`.
-Operations: `GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank
-scores names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
-`embedding_space`); every embeddings answer carries TEI's timing headers (x-total-time,
-x-tokenization-time, x-queue-time, x-inference-time). Request logic lives in `service.py` and
-`rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, routing and error guarding in
-`http.py` (on FastAPI), the documented request and answer schemas in `openapi.py`; errors are
-translated in `http_errors.py`, in the shape of the route's API.
+OpenAI's (`POST /v1/embeddings`, `/v1/embeddings/sparse`, `GET /v1/models`, `GET
+/v1/models/{model}`, and the Cohere v1 and Jina style `POST /v1/rerank`), Cohere's v2 (`POST
+/v2/embed`, `POST /v2/rerank`) and Text Embeddings Inference's (`POST /embed`, `/embed_sparse`,
+`/rerank`, `/similarity`, `/`, `GET /info`, `/health`, `/`); `POST /tokenize` answers
+OpenAI-style for `input` and TEI-style for `inputs`. Operations: `GET /healthz`, `/readyz`,
+`/metrics`. Every answer that carries embeddings or rerank scores names their space in the
+header `x-embedding-space` (OpenAI's embeddings body also in `embedding_space`); every
+embeddings answer carries TEI's timing headers (x-total-time, x-tokenization-time, x-queue-time,
+x-inference-time). Request logic lives in `service.py` and `rerank.py`, the other APIs' shapes
+in `cohere.py` and `tei.py`, routing and error guarding in `http.py` (on FastAPI), the
+documented request and answer schemas in `openapi.py`; errors are translated in
+`http_errors.py`, in the shape of the route's API.
 """
 
 import asyncio

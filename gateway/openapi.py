@@ -286,9 +286,9 @@ class CohereError(BaseModel):
 
 
 # The request bodies documented through `body` (their components come from request_schemas).
-REQUESTS = (EmbeddingsRequest, SparseEmbeddingsRequest, RerankRequest, TokenizeRequest, CohereEmbedRequest,
-            CohereRerankRequest, TeiEmbedRequest, TeiSimilarityRequest, TeiRootRequest,
-            TeiRerankRequest, TeiSparseRequest)
+REQUESTS = (EmbeddingsRequest, SparseEmbeddingsRequest, RerankRequest, TokenizeRequest,
+            CohereEmbedRequest, CohereRerankRequest, TeiEmbedRequest, TeiSimilarityRequest,
+            TeiRootRequest, TeiRerankRequest, TeiSparseRequest)
 
 
 def errors(model: type[BaseModel], invalid: int = 400) -> dict:

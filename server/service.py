@@ -7,16 +7,16 @@ ending with the space's fingerprint (bytes written once at start). `Score` does 
 query and its documents (server/score.py), then ranks the documents by cosine on the engine
 thread (device work never runs elsewhere). `Rerank` scores query-document pairs with a
 cross-encoder (server/rerank.py) and ranks them the same way; `EmbedSparse` answers BGE-M3's
-lexical weights or SPLADE's vocabulary weights (server/sparse.py). Embed and Score serve a model of task `embed` only, Rerank
-one of task `rerank`, EmbedSparse one of task `sparse`: the other gets INVALID_ARGUMENT naming
-the model's task. `Info` reports the engine's model, its task and the fingerprint of its
-embedding space. Every embedding and score answer says where the request's time went
-(`timing`: queue wait and inference). The gateway's request id arrives as the call's
-`x-request-id` metadata; it is read only for a log line: the DEBUG line `request.done` each
-call writes at --log-level debug, and the ERROR line `request.failed`. Every HedgerowError
-becomes its status code in `_abort`; nothing else is caught. `add_to_server` registers it with
-decoders that turn bytes that are no valid message into INVALID_ARGUMENT. The servicer knows
-nothing about batching or the engine's internals.
+lexical weights or SPLADE's vocabulary weights (server/sparse.py). Embed and Score serve a model
+of task `embed` only, Rerank one of task `rerank`, EmbedSparse one of task `sparse`: the other
+gets INVALID_ARGUMENT naming the model's task. `Info` reports the engine's model, its task and
+the fingerprint of its embedding space. Every embedding and score answer says where the
+request's time went (`timing`: queue wait and inference). The gateway's request id arrives as
+the call's `x-request-id` metadata; it is read only for a log line: the DEBUG line
+`request.done` each call writes at --log-level debug, and the ERROR line `request.failed`. Every
+HedgerowError becomes its status code in `_abort`; nothing else is caught. `add_to_server`
+registers it with decoders that turn bytes that are no valid message into INVALID_ARGUMENT. The
+servicer knows nothing about batching or the engine's internals.
 """
 
 import asyncio

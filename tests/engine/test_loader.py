@@ -155,7 +155,8 @@ def test_unsupported_architecture_names_the_supported_ones(bert_dir):
     config["model_type"] = "gpt2"
     (bert_dir / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError,
-                       match=r"unsupported architecture 'gpt2'.*bert, roberta, xlm-roberta, distilbert, qwen3"):
+                       match=r"unsupported architecture 'gpt2'.*bert, roberta, xlm-roberta, "
+                             r"distilbert, qwen3"):
         load_model(bert_dir)
 
 

@@ -1,4 +1,5 @@
-"""SPLADE (task sparse on a Bert- or DistilBertForMaskedLM) against `transformers` and SPLADE's formula.
+"""SPLADE (task sparse on a Bert- or DistilBertForMaskedLM) against `transformers` and
+SPLADE's formula.
 
 The reference: `transformers`' BertForMaskedLM on the same random-weight checkpoint (the real
 vocabulary and tokenizer; tests/conftest.py `write_splade_model`), the texts as one padded
