@@ -142,3 +142,15 @@ def test_a_sparse_encoders_splade_pooling_is_read(tmp_path):
     with pytest.raises(ModelLoadError, match=r"SpladePooling with pooling_strategy 'sum' and "
                        r"activation_function 'relu' is not served"):
         Engine.load(tmp_path)
+
+
+def test_the_fingerprint_names_the_index_space(splade_dir, tmp_path):
+    from hedgerow.server.space import facts
+
+    sparse = facts(Engine.load(splade_dir, dtype="float32"), splade_dir, "weights")
+    assert sparse["index_space"] == {"kind": "vocabulary", "size": VOCAB}
+    assert sparse["pooling"] == "splade" and sparse["tokenizer"] is not None
+    dense = write_splade_model(tmp_path / "dense")  # the same encoder as an embedding model
+    config = json.loads((dense / "config.json").read_text())
+    (dense / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    assert "index_space" not in facts(Engine.load(dense, dtype="float32"), dense, "weights")
