@@ -1,15 +1,15 @@
 """The engine: a loaded model, its attention backend and pooling, behind `step(batch)`.
 
-`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a handle
-to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task `rerank`),
-float32 [B, 1]: each query-document pair's relevance score (a logit, before any sigmoid), its
-document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for lexical weights
-(task `sparse`), float32 [B, max_tokens]: each token's weight at its position; or, for SPLADE
-(task `sparse`, pooling `splade`), float32 [B, vocab_size]: each token id's weight, zero for
-most. Everything that
-depends on the values of `cu_seqlens` (positions, per-token sequence index) is computed on the host
-first, so the forward pass itself never syncs. The engine knows nothing about tokenization,
-templates, requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
+`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a
+handle to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task
+`rerank`), float32 [B, 1]: each query-document pair's relevance score (a logit, before any
+sigmoid), its document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for
+lexical weights (task `sparse`), float32 [B, max_tokens]: each token's weight at its position;
+or, for SPLADE (task `sparse`, pooling `splade`), float32 [B, vocab_size]: each token id's
+weight, zero for most. Everything that depends on the values of `cu_seqlens` (positions,
+per-token sequence index) is computed on the host first, so the forward pass itself never syncs.
+The engine knows nothing about tokenization, templates, requests or scheduling; `validate`
+checks what only it can know (vocabulary, positions).
 """
 
 import logging
@@ -40,7 +40,7 @@ log = logging.getLogger("hedgerow.engine")
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    architecture: str  # bert | roberta | xlm-roberta | qwen3
+    architecture: str  # bert | roberta | xlm-roberta | distilbert | qwen3
     dimensions: int  # width of a step's rows: the embedding width, 1 for a reranker's score,
     # max_tokens for lexical weights (task sparse: row b holds sequence b's token weights),
     # vocab_size for SPLADE (row b is sequence b's weight of every token id)

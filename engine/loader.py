@@ -36,7 +36,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 @dataclass
 class LoadedModel:
     model: nn.Module  # BertModel, Qwen3Model, LexicalWeights or MaskedLM, eval, on `device`
-    architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
+    architecture: str  # model_type: bert | roberta | xlm-roberta | distilbert | qwen3
     task: str  # embed | rerank | sparse (hedgerow.model_files.TASKS)
     head: ScoreHead | None  # a cross-encoder's score head (applied to the pooled rows)
     config: BertConfig | Qwen3Config
@@ -117,7 +117,7 @@ def _with_lexical_weights(encoder: BertModel, directory: Path, device: torch.dev
 
 def _with_mlm_head(encoder: BertModel, weights: convert.Weights, tied: bool,
                    directory: Path) -> MaskedLM:
-    """`encoder` with a BertForMaskedLM checkpoint's head (`convert.mlm_head_weights`); a tied
+    """`encoder` with a masked-LM checkpoint's head (`convert.mlm_head_weights`); a tied
     decoder shares the word embeddings' tensor."""
     with torch.device("meta"):
         model = MaskedLM(encoder)
@@ -159,7 +159,9 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
     task = model_task(hf, config_path)
-    splade = task == "sparse"  # a masked-LM checkpoint; BGE-M3's lexical weights are asked for
+    # Sparse by its architectures is a masked-LM checkpoint (SPLADE); BGE-M3's lexical weights
+    # are sparse only when asked for (below).
+    splade = task == "sparse"
     if expected_task == "sparse" and task == "embed":
         if not (directory / SPARSE_HEAD_FILE).is_file():
             raise ModelLoadError(f"task 'sparse' needs {SPARSE_HEAD_FILE} (BGE-M3's lexical "
