@@ -176,9 +176,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     async def sparse_embeddings(request: Request) -> Response:
         body = SparseEmbeddingsRequest.parse(await body_of(request))
         vectors, tokens, space = await service.embed_sparse(
-            body.input, model=body.model, deadline=deadline(request), truncate=None,
-            template=service.card.templates.get(body.input_type, "") if body.input_type
-            else "", param="input")
+            body.input, model=body.model, input_type=body.input_type,
+            deadline=deadline(request), truncate=None, param="input")
         return Response(sparse_embeddings_body(vectors, model=service.card.name,
                                                prompt_tokens=tokens, space=space),
                         headers=space_header(space), tokens=tokens)

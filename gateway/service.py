@@ -188,15 +188,16 @@ class EmbeddingService:
         return Sequences.from_lists(token_ids)
 
     async def embed_sparse(self, raw_input, *, deadline: float, truncate: bool | None,
-                           template: str, param: str = "inputs", model: str | None = None
+                           template: str | None = None, input_type: str | None = None,
+                           param: str = "inputs", model: str | None = None
                            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, str]:
         """Sparse vectors of a request's inputs (a model of task sparse: lexical weights or
         SPLADE): per input in order (token ids, weights), the prompt tokens and the space's
-        fingerprint."""
+        fingerprint. `template` (TEI's prompt) overrides the input type's."""
         self.check_model(model)
         self.check_task("sparse", "sparse vectors")
-        sequences = await self.sequences(raw_input, None, truncate=truncate, template=template,
-                                         param=param)
+        sequences = await self.sequences(raw_input, input_type, truncate=truncate,
+                                         template=template, param=param)
         chunks = plan_chunks(sequences.lengths, self.chunk_budget())
         vectors, space = await self.router.embed_sparse(sequences, chunks, deadline=deadline)
         self.metrics.tokens.inc(sequences.total_tokens)
