@@ -2,7 +2,8 @@
 in `model.safetensors.index.json`, straight onto the target device and dtype.
 
 This module owns file discovery, name lookup with the optional head prefix ("bert.",
-"roberta.", "model.") and the "missing tensors" error. It knows nothing about architectures.
+"roberta.", "distilbert.", "model.") and the "missing tensors" error. It knows nothing about
+architectures.
 """
 
 import json
@@ -16,7 +17,7 @@ from hedgerow.errors import ModelLoadError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-HEAD_PREFIXES = ("", "bert.", "roberta.", "model.")
+HEAD_PREFIXES = ("", "bert.", "roberta.", "distilbert.", "model.")
 
 
 class Checkpoint:

@@ -14,7 +14,7 @@ from hedgerow.engine.models.bert import BERT_ACTIVATIONS, BertConfig
 from hedgerow.engine.models.qwen3 import Qwen3Config
 from hedgerow.errors import ModelLoadError
 
-BERT_FAMILY = ("bert", "roberta", "xlm-roberta")
+BERT_FAMILY = ("bert", "roberta", "xlm-roberta", "distilbert")  # DistilBERT: BERT's layers
 SUPPORTED = BERT_FAMILY + ("qwen3",)
 
 
@@ -43,6 +43,8 @@ def bert_config(config: dict[str, Any], task: str = "embed") -> BertConfig:
     """A cross-encoder (`task` "rerank") reads every token type of its table; an embedding
     model segment 0 only."""
     model_type = config["model_type"]
+    if model_type == "distilbert":
+        return _distilbert_config(config)
     kind = config.get("position_embedding_type", "absolute")
     if kind != "absolute":
         raise ModelLoadError(
@@ -82,6 +84,23 @@ def bert_config(config: dict[str, Any], task: str = "embed") -> BertConfig:
         position_offset=offset,
         segments=types if task == "rerank" else 1,
     )
+
+
+def _distilbert_config(config: dict[str, Any]) -> BertConfig:
+    """DistilBERT is BERT's post-norm layers under other names, without token types (its
+    embeddings add none: our one segment row stays zeros) and with LayerNorm eps 1e-12."""
+    act = config.get("activation", "gelu")
+    if act not in BERT_ACTIVATIONS:
+        raise ModelLoadError(f"config.json: activation {act!r} is not supported "
+                             f"(supported: {', '.join(BERT_ACTIVATIONS)})")
+    hidden, heads = _int(config, "dim"), _int(config, "n_heads")
+    if hidden % heads:
+        raise ModelLoadError(f"config.json: dim {hidden} is not a multiple of n_heads {heads}")
+    return BertConfig(vocab_size=_int(config, "vocab_size"), hidden_size=hidden,
+                      num_layers=_int(config, "n_layers"), num_heads=heads,
+                      intermediate_size=_int(config, "hidden_dim"),
+                      max_position_embeddings=_int(config, "max_position_embeddings", 512),
+                      type_vocab_size=1, hidden_act=act)
 
 
 # id2label names that mean "relevant" in published cross-encoders (compared lowercased).
@@ -219,6 +238,37 @@ def bert_weights(ckpt: Checkpoint, config: BertConfig) -> Weights:
     return out
 
 
+def distilbert_weights(ckpt: Checkpoint, config: BertConfig) -> Weights:
+    """Our BertModel's state dict from a DistilBERT checkpoint (any head prefix)."""
+    ckpt.use_prefix_of("embeddings.word_embeddings.weight")
+    embeddings = {"word_embeddings.weight": "embeddings.word_embeddings.weight",
+                  "position_embeddings.weight": "embeddings.position_embeddings.weight",
+                  "embed_norm.weight": "embeddings.LayerNorm.weight",
+                  "embed_norm.bias": "embeddings.LayerNorm.bias"}
+    renames = {"attn_out": "attention.out_lin", "attn_norm": "sa_layer_norm",
+               "up.0": "ffn.lin1", "down": "ffn.lin2", "mlp_norm": "output_layer_norm"}
+    qkv = ("attention.q_lin", "attention.k_lin", "attention.v_lin")
+    names = list(embeddings.values())
+    for i in range(config.num_layers):
+        names += [f"transformer.layer.{i}.{part}.{kind}" for part in (*qkv, *renames.values())
+                  for kind in ("weight", "bias")]
+    ckpt.require(names)
+    g, out = ckpt.get, Weights()
+    for ours, theirs in embeddings.items():
+        out.put(ours, g(theirs), theirs)
+    out.put("token_type_embedding", torch.zeros(config.hidden_size, dtype=ckpt.dtype,
+                                                device=ckpt.device), "(no token types)")
+    for i in range(config.num_layers):
+        src, dst = f"transformer.layer.{i}.", f"layers.{i}."
+        for kind in ("weight", "bias"):
+            fused = f"{src}attention.q_lin/k_lin/v_lin.{kind}"
+            out.put(f"{dst}qkv.{kind}", _fuse([g(f"{src}{p}.{kind}") for p in qkv], fused),
+                    fused)
+            for ours, theirs in renames.items():
+                out.put(f"{dst}{ours}.{kind}", g(f"{src}{theirs}.{kind}"), f"{src}{theirs}.{kind}")
+    return out
+
+
 # The sequence-classification head's tensors: (our name, BERT's, RoBERTa/XLM-R's), the latter
 # two without the encoder's prefix (BERT's pooler lives under it).
 _HEAD_TENSORS = (("dense", "bert.pooler.dense", "classifier.dense"),
@@ -236,6 +286,46 @@ def score_head_weights(ckpt: Checkpoint, model_type: str) -> Weights:
             theirs = f"{row[column]}.{kind}"
             out.put(f"{row[0]}.{kind}", ckpt.get(theirs, prefixed=False), theirs)
     return out
+
+
+# A masked-LM head's tensors: (our name in MaskedLM, BertForMaskedLM's, DistilBertForMaskedLM's),
+# weights and biases; then the decoder's (its bias's names, in the order they are looked for).
+_MLM_TENSORS = (("transform.0", "cls.predictions.transform.dense", "vocab_transform"),
+                ("transform_norm", "cls.predictions.transform.LayerNorm", "vocab_layer_norm"))
+_MLM_DECODER = {"bert": ("cls.predictions.decoder", ("cls.predictions.decoder.bias",
+                                                      "cls.predictions.bias")),
+                "distilbert": ("vocab_projector", ("vocab_projector.bias",))}
+
+
+def mlm_head_weights(ckpt: Checkpoint, config: dict[str, Any]) -> tuple[Weights, bool]:
+    """Our MaskedLM head's state dict (without the encoder) from a Bert- or
+    DistilBertForMaskedLM checkpoint,
+    and whether the decoder is tied to the word embeddings (config.json `tie_word_embeddings`,
+    true unless it says otherwise; then the checkpoint's decoder weight, if any, is not read,
+    as transformers ties it over whatever the file holds)."""
+    tied = config.get("tie_word_embeddings", True)
+    if not isinstance(tied, bool):
+        raise ModelLoadError(f"config.json: tie_word_embeddings must be true or false, "
+                             f"got {tied!r}")
+    # BERT's decoder adds `cls.predictions.decoder.bias`; a tied checkpoint holds it as
+    # `cls.predictions.bias` only (transformers ties the two; an untied one may hold both, and
+    # then the decoder's is the one its forward adds).
+    column = 2 if config["model_type"] == "distilbert" else 1
+    decoder, biases = _MLM_DECODER[config["model_type"]]
+    bias = next((b for b in biases if ckpt.has(b, prefixed=False)), biases[-1])
+    names = [f"{row[column]}.{kind}" for row in _MLM_TENSORS for kind in ("weight", "bias")]
+    names += [bias] + ([] if tied else [f"{decoder}.weight"])
+    ckpt.require(names, prefixed=False)
+    out = Weights()
+    for row in _MLM_TENSORS:
+        for kind in ("weight", "bias"):
+            theirs = f"{row[column]}.{kind}"
+            out.put(f"{row[0]}.{kind}", ckpt.get(theirs, prefixed=False), theirs)
+    out.put("decoder.bias", ckpt.get(bias, prefixed=False), bias)
+    if not tied:
+        out.put("decoder.weight", ckpt.get(f"{decoder}.weight", prefixed=False),
+                f"{decoder}.weight")
+    return out, tied
 
 
 def qwen3_weights(ckpt: Checkpoint, config: Qwen3Config) -> Weights:

@@ -1,13 +1,15 @@
 """The engine: a loaded model, its attention backend and pooling, behind `step(batch)`.
 
-`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a handle
-to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task `rerank`),
-float32 [B, 1]: each query-document pair's relevance score (a logit, before any sigmoid), its
-document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for lexical weights
-(task `sparse`), float32 [B, max_tokens]: each token's weight at its position. Everything that
-depends on the values of `cu_seqlens` (positions, per-token sequence index) is computed on the host
-first, so the forward pass itself never syncs. The engine knows nothing about tokenization,
-templates, requests or scheduling; `validate` checks what only it can know (vocabulary, positions).
+`Engine.step(batch) -> LazyTensor` launches the forward pass on a ragged batch and returns a
+handle to float32 [B, D] pooled (not normalised) embeddings, or, for a cross-encoder (task
+`rerank`), float32 [B, 1]: each query-document pair's relevance score (a logit, before any
+sigmoid), its document tokens' ids folded as `id + vocab_size` (see `fold_segments`); or, for
+lexical weights (task `sparse`), float32 [B, max_tokens]: each token's weight at its position;
+or, for SPLADE (task `sparse`, pooling `splade`), float32 [B, vocab_size]: each token id's
+weight, zero for most. Everything that depends on the values of `cu_seqlens` (positions,
+per-token sequence index) is computed on the host first, so the forward pass itself never syncs.
+The engine knows nothing about tokenization, templates, requests or scheduling; `validate`
+checks what only it can know (vocabulary, positions).
 """
 
 import logging
@@ -24,7 +26,7 @@ from hedgerow.engine.batch import RaggedBatch, check_tokens
 from hedgerow.engine.cpu_linear import onednn_available, use_onednn_linears
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.loader import LoadedModel, load_model
-from hedgerow.engine.pooling import pool
+from hedgerow.engine.pooling import SPLADE, pool
 from hedgerow.engine.positions import token_layout
 from hedgerow.logs import fields, step
 
@@ -38,18 +40,19 @@ log = logging.getLogger("hedgerow.engine")
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    architecture: str  # bert | roberta | xlm-roberta | qwen3
+    architecture: str  # bert | roberta | xlm-roberta | distilbert | qwen3
     dimensions: int  # width of a step's rows: the embedding width, 1 for a reranker's score,
-    # max_tokens for lexical weights (task sparse: row b holds sequence b's token weights)
+    # max_tokens for lexical weights (task sparse: row b holds sequence b's token weights),
+    # vocab_size for SPLADE (row b is sequence b's weight of every token id)
     max_tokens: int  # per sequence
     vocab_size: int
-    pooling: str  # cls | mean | last
+    pooling: str  # cls | mean | last | tokens (lexical weights) | splade
     normalize: bool  # the model's default
     templates: dict[str, str] = field(default_factory=dict)  # input_type -> prefix
     dtype: str = "float32"
     device: str = "cpu"
     dtype_reason: str = ""  # why `--dtype auto` chose `dtype`; empty when it was asked for
-    task: str = "embed"  # embed | rerank (a cross-encoder) | sparse (lexical weights)
+    task: str = "embed"  # embed | rerank (a cross-encoder) | sparse (lexical weights, SPLADE)
     token_types: int = 1  # token types (segments) the model reads; 1: segment 0 only
 
 
@@ -74,7 +77,8 @@ class Engine:
         self.info = ModelInfo(
             name=loaded.name,
             architecture=loaded.architecture,
-            dimensions=(1 if loaded.head is not None else loaded.max_tokens
+            dimensions=(1 if loaded.head is not None else loaded.config.vocab_size
+                        if loaded.pooling == SPLADE else loaded.max_tokens
                         if loaded.task == "sparse" else loaded.config.hidden_size),
             max_tokens=loaded.max_tokens,
             vocab_size=loaded.config.vocab_size,
@@ -97,7 +101,7 @@ class Engine:
         CUDA step path of gpu.py, configured by `gpu_settings`. On the CPU, `cpu_linear`
         "onednn" runs dense layers through oneDNN where it works (cpu_linear.py), "torch"
         keeps torch's default kernels. `dtype` "auto" decides by measuring (dtype_choice.py).
-        `task` (embed, rerank; None: the checkpoint's) must match the checkpoint's."""
+        `task` (embed, rerank, sparse; None: the checkpoint's) must match the checkpoint's."""
         if dtype == "auto":
             return cls._load_auto(path, device, causal=causal, attention=attention,
                                   gpu_settings=gpu_settings, cpu_linear=cpu_linear, task=task)

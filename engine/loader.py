@@ -20,12 +20,14 @@ from torch import nn
 from hedgerow.defaults import model_name
 from hedgerow.engine import convert
 from hedgerow.engine.checkpoint import Checkpoint
-from hedgerow.engine.models.bert import BertConfig, BertModel, LexicalWeights, ScoreHead
-from hedgerow.engine.pooling import TOKENS
+from hedgerow.engine.models.bert import (BertConfig, BertModel, LexicalWeights, MaskedLM,
+                                         ScoreHead)
+from hedgerow.engine.pooling import SPLADE, TOKENS
 from hedgerow.engine.models.qwen3 import AnswerHead, Qwen3Config, Qwen3Model
 from hedgerow.errors import ModelLoadError
 from hedgerow.model_files import (
-    SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, readable,
+    SPARSE_HEAD_FILE, model_task, read_object, read_sentence_transformers, read_splade_pooling,
+    readable,
 )
 from hedgerow.progress import bar
 from hedgerow.reranker_prompt import ANSWER_TOKENS
@@ -36,8 +38,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass
 class LoadedModel:
-    model: nn.Module  # BertModel, Qwen3Model or LexicalWeights, eval, on `device` in `dtype`
-    architecture: str  # model_type: bert | roberta | xlm-roberta | qwen3
+    model: nn.Module  # BertModel, Qwen3Model, LexicalWeights or MaskedLM, eval, on `device`
+    architecture: str  # model_type: bert | roberta | xlm-roberta | distilbert | qwen3
     task: str  # embed | rerank | sparse (hedgerow.model_files.TASKS)
     head: ScoreHead | AnswerHead | None  # a cross-encoder's score head (on the pooled rows)
     config: BertConfig | Qwen3Config
@@ -76,7 +78,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     ModelLoadError; None takes the checkpoint's (config.json `architectures`). A
     Qwen3ForCausalLM is an embedding model unless `task` is rerank: then it is Qwen3-Reranker,
     scored by its LM head's "yes" and "no" rows (their ids from the directory's tokenizer.json);
-    its Qwen3ForSequenceClassification conversion is a reranker by its architecture.
+    its Qwen3ForSequenceClassification conversion is a reranker by its architecture. Task sparse is
+    SPLADE for a masked-LM checkpoint, BGE-M3's lexical weights for an embedding checkpoint
+    with `sparse_linear.pt` beside it.
     """
     directory = Path(path).expanduser()
     with readable(directory):
@@ -128,6 +132,29 @@ def _answer_ids(directory: Path) -> list[int]:
                              f"{' or '.join(repr(t) for t in absent)}: a Qwen3-Reranker scores "
                              "the answers \"yes\" and \"no\", one token each")
     return ids
+def _with_mlm_head(encoder: BertModel, weights: convert.Weights, tied: bool,
+                   directory: Path) -> MaskedLM:
+    """`encoder` with a masked-LM checkpoint's head (`convert.mlm_head_weights`); a tied
+    decoder shares the word embeddings' tensor."""
+    with torch.device("meta"):
+        model = MaskedLM(encoder)
+    if tied:
+        weights.put("decoder.weight", encoder.word_embeddings.weight,
+                    "embeddings.word_embeddings.weight (tied)")
+    _check_fit(model, weights, directory)
+    state = {f"encoder.{name}": t for name, t in encoder.state_dict().items()}
+    model.load_state_dict(state | weights, strict=True, assign=True)
+    return model
+
+
+def _check_splade_pooling(directory: Path) -> None:
+    """A SparseEncoder directory's SpladePooling must be what the engine computes."""
+    strategy, activation = read_splade_pooling(directory)
+    if (strategy, activation) != ("max", "relu"):
+        raise ModelLoadError(
+            f"{directory}: SpladePooling with pooling_strategy {strategy!r} and "
+            f"activation_function {activation!r} is not served (served: max over the tokens "
+            "of log(1 + relu(logit)), SPLADE v2's)")
 
 
 def _load_model(directory: Path, device: str | torch.device, dtype: str,
@@ -149,6 +176,9 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"unsupported architecture {shown!r} in {config_path} "
                              f"(supported: {', '.join(convert.SUPPORTED)})")
     task = model_task(hf, config_path)
+    # Sparse by its architectures is a masked-LM checkpoint (SPLADE); BGE-M3's lexical weights
+    # are sparse only when asked for (below).
+    splade = task == "sparse"
     if expected_task == "sparse" and task == "embed":
         if not (directory / SPARSE_HEAD_FILE).is_file():
             raise ModelLoadError(f"task 'sparse' needs {SPARSE_HEAD_FILE} (BGE-M3's lexical "
@@ -160,13 +190,16 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
     qwen3_reranker = task == "rerank" and model_type == "qwen3"
     if expected_task is not None and task != expected_task:
         shown = ", ".join(hf.get("architectures") or []) or model_type
+        only = " (a masked-LM checkpoint serves SPLADE sparse vectors only)" if splade else ""
         raise ModelLoadError(f"{directory} is a checkpoint for task {task!r} ({shown}), not "
-                             f"the {expected_task!r} asked for")
+                             f"the {expected_task!r} asked for{only}")
     if task != "embed" and model_type not in convert.BERT_FAMILY and not qwen3_reranker:
         raise ModelLoadError(f"{config_path}: task {task!r} is not served for {model_type} "
                              f"(it is for {', '.join(convert.BERT_FAMILY)}, and rerank for a "
                              "Qwen3ForCausalLM: Qwen3-Reranker)")
     st = read_sentence_transformers(directory)
+    if splade:
+        _check_splade_pooling(directory)
     head = None
     checkpoint = Checkpoint(directory, device, torch_dtype)
     with bar(checkpoint.tensor_count, "loading weights", unit="tensor") as progress:
@@ -194,17 +227,22 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
             config = convert.bert_config(hf, task)
             with torch.device("meta"):
                 model = BertModel(config)
-            weights = convert.bert_weights(checkpoint, config)
+            weights = (convert.distilbert_weights if model_type == "distilbert"
+                       else convert.bert_weights)(checkpoint, config)
             default_pooling = "mean"
             if task == "rerank":
                 labels, label = convert.relevance_label(hf)
                 with torch.device("meta"):
                     head = ScoreHead(config.hidden_size, labels, label)
                 head_weights = convert.score_head_weights(checkpoint, model_type)
+            elif splade:
+                mlm_weights, tied = convert.mlm_head_weights(checkpoint, hf)
         checkpoint.close()
     _check_fit(model, weights, directory)
     model.load_state_dict(weights, strict=True, assign=True)
-    if task == "sparse":
+    if splade:
+        model = _with_mlm_head(model, mlm_weights, tied, directory)
+    elif task == "sparse":
         model = _with_lexical_weights(model, directory, device, torch_dtype)
     model.eval().requires_grad_(False)
     if head is not None:
@@ -223,8 +261,9 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         config=config,
         name=model_name(directory),
         # A cross-encoder's head reads the first token ([CLS] / <s>), Qwen3-Reranker's the
-        # last (where its answer would come), whatever files say; lexical weights are per token.
-        pooling=(("last" if qwen3_reranker else "cls") if head is not None
+        # last (where its answer would come), whatever files say; lexical weights are per token;
+        # SPLADE max-pools the MLM logits.
+        pooling=(("last" if qwen3_reranker else "cls") if head is not None else SPLADE if splade
                  else TOKENS if task == "sparse" else st.pooling or default_pooling),
         normalize=True if st.normalize is None else st.normalize,
         max_tokens=max_tokens,

@@ -17,6 +17,7 @@ from hedgerow.errors import InvalidInputError
 
 POOLING_MODES = ("cls", "mean", "last")
 TOKENS = "tokens"  # not a pooling: each token's one value, laid out per sequence (sparse)
+SPLADE = "splade"  # SPLADE over masked-LM logits: max over tokens of log(1 + relu(logit))
 
 
 def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor,
@@ -27,8 +28,18 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor
     all on hidden's device. mode: "cls" (first token), "mean" (average of the tokens),
     "last" (last token), or TOKENS: hidden [T, 1] laid out as float32 [B, width], row b
     holding sequence b's values at its positions 0..length-1 and zeros after (positions past
-    `width`, which only a padding sequence has, land on its last column).
+    `width`, which only a padding sequence has, land on its last column); or SPLADE: logits
+    hidden [T, V] to float32 [B, V], each sequence's max over its tokens of log(1 + relu(x))
+    (an empty sequence's row is zeros).
     """
+    if mode == SPLADE:
+        # log(1 + relu(x)) never decreases, so its max over a sequence is its value at the max
+        # logit: one max over [T, V] (by sequence index, a stride-0 view of it), then the
+        # function on [B, V] only. An empty sequence keeps -inf, which relu makes 0.
+        top = torch.full((lengths.shape[0], hidden.shape[1]), float("-inf"),
+                         dtype=hidden.dtype, device=hidden.device)
+        top.scatter_reduce_(0, seq_index.long()[:, None].expand_as(hidden), hidden, "amax")
+        return torch.log1p(torch.relu(top.float()))
     if mode == TOKENS:
         tokens = hidden.shape[0]
         index = seq_index.long()

@@ -2,17 +2,18 @@
 
 Owns the routes, the API key check, the request deadline and the gateway's lifetime
 (`Gateway.start` starts the replica watchers, `stop` ends them). The routes speak three APIs:
-OpenAI's (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}`, and the Cohere v1 and
-Jina style `POST /v1/rerank`), Cohere's v2 (`POST /v2/embed`, `POST /v2/rerank`) and Text
-Embeddings Inference's (`POST /embed`, `/embed_sparse`, `/rerank`, `/similarity`, `/`, `GET /info`,
-`/health`, `/`); `POST /tokenize` answers OpenAI-style for `input` and TEI-style for `inputs`.
-Operations: `GET /healthz`, `/readyz`, `/metrics`. Every answer that carries embeddings or rerank
-scores names their space in the header `x-embedding-space` (OpenAI's embeddings body also in
-`embedding_space`); every embeddings answer carries TEI's timing headers (x-total-time,
-x-tokenization-time, x-queue-time, x-inference-time). Request logic lives in `service.py` and
-`rerank.py`, the other APIs' shapes in `cohere.py` and `tei.py`, routing and error guarding in
-`http.py` (on FastAPI), the documented request and answer schemas in `openapi.py`; errors are
-translated in `http_errors.py`, in the shape of the route's API.
+OpenAI's (`POST /v1/embeddings`, `/v1/embeddings/sparse`, `GET /v1/models`, `GET
+/v1/models/{model}`, and the Cohere v1 and Jina style `POST /v1/rerank`), Cohere's v2 (`POST
+/v2/embed`, `POST /v2/rerank`) and Text Embeddings Inference's (`POST /embed`, `/embed_sparse`,
+`/rerank`, `/similarity`, `/`, `GET /info`, `/health`, `/`); `POST /tokenize` answers
+OpenAI-style for `input` and TEI-style for `inputs`. Operations: `GET /healthz`, `/readyz`,
+`/metrics`. Every answer that carries embeddings or rerank scores names their space in the
+header `x-embedding-space` (OpenAI's embeddings body also in `embedding_space`); every
+embeddings answer carries TEI's timing headers (x-total-time, x-tokenization-time, x-queue-time,
+x-inference-time). Request logic lives in `service.py` and `rerank.py`, the other APIs' shapes
+in `cohere.py` and `tei.py`, routing and error guarding in `http.py` (on FastAPI), the
+documented request and answer schemas in `openapi.py`; errors are translated in
+`http_errors.py`, in the shape of the route's API.
 """
 
 import asyncio
@@ -48,9 +49,11 @@ from hedgerow.gateway.rerank import Reranker, RerankRequest, rerank_body
 from hedgerow.gateway.router import NO_REPLICA_MESSAGE, Router
 from hedgerow.gateway.schema import (
     EmbeddingsRequest,
+    SparseEmbeddingsRequest,
     TokenizeRequest,
     embeddings_body,
     json_object,
+    sparse_embeddings_body,
     tokenize_body,
 )
 from hedgerow.gateway.service import Embedded, EmbeddingService
@@ -164,6 +167,20 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
             prompt_tokens=result.prompt_tokens, encoding_format=body.encoding_format,
             space=result.space)
         return await encoded(encode, result)
+
+    @routes.route("POST", "/v1/embeddings/sparse", tags=["OpenAI"],
+                  summary="Create sparse embeddings (a model served with task sparse)",
+                  openapi_extra=openapi.body(openapi.SparseEmbeddingsRequest),
+                  response_model=openapi.SparseEmbeddingsResponse,
+                  responses=openapi.errors(openapi.OpenAIError))
+    async def sparse_embeddings(request: Request) -> Response:
+        body = SparseEmbeddingsRequest.parse(await body_of(request))
+        vectors, tokens, space = await service.embed_sparse(
+            body.input, model=body.model, input_type=body.input_type,
+            deadline=deadline(request), truncate=None, param="input")
+        return Response(sparse_embeddings_body(vectors, model=service.card.name,
+                                               prompt_tokens=tokens, space=space),
+                        headers=space_header(space), tokens=tokens)
 
     async def encoded(encode, result: Embedded) -> Response:
         """The body `encode()` writes, with the headers naming the vectors' space and TEI's
@@ -300,8 +317,9 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     @routes.route("POST", "/embed_sparse", errors=Style.TEI,
                   tags=["Text Embeddings Inference"],
                   summary="Sparse vectors (a model served with task sparse: BGE-M3's lexical "
-                          "weights)", openapi_extra=openapi.body(openapi.TeiSparseRequest),
-                  response_model=list[list[openapi.TeiSparseValue]],
+                          "weights or SPLADE)",
+                  openapi_extra=openapi.body(openapi.TeiSparseRequest),
+                  response_model=list[list[openapi.SparseValue]],
                   responses=openapi.errors(openapi.TeiError, invalid=422))
     async def embed_sparse(request: Request) -> Response:
         body = tei.EmbedRequest.parse(json_object(await body_of(request)))

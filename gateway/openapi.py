@@ -77,6 +77,39 @@ class EmbeddingsResponse(BaseModel):
     embedding_space: str
 
 
+class SparseEmbeddingsRequest(BaseModel):
+    # No example: only a gateway whose model is served with task sparse answers one.
+    model_config = ConfigDict(extra="allow")
+    input: Texts | TokenIds = Field(description="As /v1/embeddings' input.")
+    model: str | None = Field(None, description="The served model's name; left out: it.")
+    encoding_format: Literal["float"] = Field(
+        "float", description="Sparse vectors come as {index, value} lists only.")
+    input_type: Literal["query", "document"] | None = Field(
+        None, description="Which of the model's templates applies.")
+
+
+class SparseValue(BaseModel):
+    """One entry of a sparse vector (also TEI's /embed_sparse answer's)."""
+    index: int = Field(description="A token id of the served model's vocabulary.")
+    value: float = Field(description="Its weight (> 0): lexical (BGE-M3) or SPLADE's.")
+
+
+class SparseEmbedding(BaseModel):
+    object: Literal["sparse_embedding"]
+    index: int = Field(description="The input's position in the request.")
+    embedding: list[SparseValue] = Field(description="The non-zero entries, token ids "
+                                         "ascending.")
+
+
+class SparseEmbeddingsResponse(BaseModel):
+    object: Literal["list"]
+    data: list[SparseEmbedding]
+    model: str
+    usage: Usage
+    embedding_space: str = Field(description="The fingerprint of the vectors' space, which "
+                                 "names their index space (the model's vocabulary).")
+
+
 class RerankRequest(BaseModel):
     model_config = _request({"query": "what do hedgerows shelter?",
                              "documents": ["wrens and hedgehogs", "a motorway verge"],
@@ -214,11 +247,6 @@ class TeiSparseRequest(BaseModel):
     prompt_name: str | None = None
 
 
-class TeiSparseValue(BaseModel):
-    index: int = Field(description="A token id of the served model's vocabulary.")
-    value: float = Field(description="Its lexical weight (> 0).")
-
-
 class TeiRank(BaseModel):
     index: int
     score: float | None
@@ -258,9 +286,9 @@ class CohereError(BaseModel):
 
 
 # The request bodies documented through `body` (their components come from request_schemas).
-REQUESTS = (EmbeddingsRequest, RerankRequest, TokenizeRequest, CohereEmbedRequest,
-            CohereRerankRequest, TeiEmbedRequest, TeiSimilarityRequest, TeiRootRequest,
-            TeiRerankRequest, TeiSparseRequest)
+REQUESTS = (EmbeddingsRequest, SparseEmbeddingsRequest, RerankRequest, TokenizeRequest,
+            CohereEmbedRequest, CohereRerankRequest, TeiEmbedRequest, TeiSimilarityRequest,
+            TeiRootRequest, TeiRerankRequest, TeiSparseRequest)
 
 
 def errors(model: type[BaseModel], invalid: int = 400) -> dict:

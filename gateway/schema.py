@@ -1,11 +1,12 @@
 """The OpenAI embeddings API's request and response shapes, parsed and built without I/O.
 
-Owns what a valid request looks like (`EmbeddingsRequest`, `TokenizeRequest`, and the field
-readers other request shapes share), turning the polymorphic `input` field into either texts or
-token-id sequences with a specific message for every malformed case, and encoding responses
-(float lists or base64 of little-endian float32, as OpenAI does). Knows nothing about servers,
-tokenizers or HTTP status codes: problems are raised as RequestError. Unknown fields are
-ignored, as OpenAI's clients add their own; `model` may be left out (the served model).
+Owns what a valid request looks like (`EmbeddingsRequest`, `SparseEmbeddingsRequest`,
+`TokenizeRequest`, and the field readers other request shapes share), turning the polymorphic
+`input` field into either texts or token-id sequences with a specific message for every
+malformed case, and encoding responses (float lists or base64 of little-endian float32, as
+OpenAI does; sparse vectors as `{index, value}` lists). Knows nothing about servers, tokenizers
+or HTTP status codes: problems are raised as RequestError. Unknown fields are ignored, as
+OpenAI's clients add their own; `model` may be left out (the served model).
 """
 
 import base64
@@ -92,6 +93,23 @@ class EmbeddingsRequest:
                    encoding_format=optional_choice(body, "encoding_format",
                                                    ("float", "base64")) or "float",
                    dimensions=optional_int(body, "dimensions"),
+                   input_type=optional_choice(body, "input_type", INPUT_TYPES))
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseEmbeddingsRequest:
+    """POST /v1/embeddings/sparse: /v1/embeddings' fields that apply to sparse vectors."""
+
+    input: Any
+    model: str | None
+    input_type: str | None     # query | document
+
+    @classmethod
+    def parse(cls, body: Any) -> "SparseEmbeddingsRequest":
+        body = json_object(body)
+        # Only float: a sparse vector is answered as {index, value} entries, never base64.
+        optional_choice(body, "encoding_format", ("float",))
+        return cls(input=required(body, "input"), model=optional_str(body, "model"),
                    input_type=optional_choice(body, "input_type", INPUT_TYPES))
 
 
@@ -233,6 +251,21 @@ def embeddings_body(
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         "embedding_space": space,
     }
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def sparse_embeddings_body(vectors: list[tuple[np.ndarray, np.ndarray]], *, model: str,
+                           prompt_tokens: int, space: str) -> bytes:
+    """The JSON body of a sparse embeddings response: /v1/embeddings' shape with each
+    `embedding` the input's non-zero entries `[{"index": token id, "value": weight}, ...]`,
+    ids ascending (per input: uint32 ids [k], float32 weights [k])."""
+    data = [{"object": "sparse_embedding", "index": i,
+             "embedding": [{"index": index, "value": value}
+                           for index, value in zip(ids.tolist(), values.astype(np.float32))]}
+            for i, (ids, values) in enumerate(vectors)]
+    body = {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            "embedding_space": space}
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 

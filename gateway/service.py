@@ -90,7 +90,7 @@ class EmbeddingService:
         if self.card.task != task:
             hint = {"rerank": "a cross-encoder: it scores query-document pairs; call "
                               "/v1/rerank, /v2/rerank or /rerank",
-                    "sparse": "lexical weights: call /embed_sparse",
+                    "sparse": "sparse vectors: call /v1/embeddings/sparse or /embed_sparse",
                     "embed": "an embedding model: call /v1/embeddings, /v2/embed or "
                              "/embed"}[self.card.task]
             raise RequestError(f"model {self.card.name!r} is of task {self.card.task!r} ("
@@ -188,13 +188,16 @@ class EmbeddingService:
         return Sequences.from_lists(token_ids)
 
     async def embed_sparse(self, raw_input, *, deadline: float, truncate: bool | None,
-                           template: str, param: str = "inputs"
+                           template: str | None = None, input_type: str | None = None,
+                           param: str = "inputs", model: str | None = None
                            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, str]:
-        """Lexical weights of a request's inputs (a model of task sparse): per input in order
-        (token ids, weights), the prompt tokens and the space's fingerprint."""
+        """Sparse vectors of a request's inputs (a model of task sparse: lexical weights or
+        SPLADE): per input in order (token ids, weights), the prompt tokens and the space's
+        fingerprint. `template` (TEI's prompt) overrides the input type's."""
+        self.check_model(model)
         self.check_task("sparse", "sparse vectors")
-        sequences = await self.sequences(raw_input, None, truncate=truncate, template=template,
-                                         param=param)
+        sequences = await self.sequences(raw_input, input_type, truncate=truncate,
+                                         template=template, param=param)
         chunks = plan_chunks(sequences.lengths, self.chunk_budget())
         vectors, space = await self.router.embed_sparse(sequences, chunks, deadline=deadline)
         self.metrics.tokens.inc(sequences.total_tokens)

@@ -23,20 +23,22 @@ POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
                  "pooling_mode_lasttoken": "last"}
 
 # config.json `architectures` the engine serves, and the task each serves: `embed` (pooled
-# vectors) or `rerank` (a cross-encoder: one relevance score per query-document pair). A head
-# the engine would drop (masked-LM, token classification, ...) is not here: such a checkpoint
-# is refused, never served as something else. Qwen3ForCausalLM is how Qwen3 embedding models
-# ship (the LM head is unused by them), and Qwen3-Reranker too: that one is a reranker only
-# when the task is asked for (engine/loader.py). A config without `architectures` is its
-# model_type's base model.
+# vectors), `rerank` (a cross-encoder: one relevance score per query-document pair) or
+# `sparse` (a Bert- or DistilBertForMaskedLM as SPLADE: its MLM head's logits max-pooled into
+# a vocabulary-wide sparse vector). A head the engine would drop (another masked-LM, token
+# classification, ...) is not here: such a checkpoint is refused, never served as something
+# else. Qwen3ForCausalLM is how Qwen3 embedding models ship (the LM head is unused by them), and
+# Qwen3-Reranker too: that one is a reranker only when the task is asked for
+# (engine/loader.py). A config without `architectures` is its model_type's base model.
 ARCHITECTURES = {
     "BertModel": "embed", "RobertaModel": "embed", "XLMRobertaModel": "embed",
     "Qwen3Model": "embed", "Qwen3ForCausalLM": "embed",
     "BertForSequenceClassification": "rerank", "RobertaForSequenceClassification": "rerank",
     "XLMRobertaForSequenceClassification": "rerank", "Qwen3ForSequenceClassification": "rerank",
+    "BertForMaskedLM": "sparse", "DistilBertForMaskedLM": "sparse",
 }
-# `sparse` (BGE-M3's lexical weights) is never read from config.json: a BGE-M3 checkpoint is an
-# embedding model that also ships `sparse_linear.pt`, and serves sparse vectors when asked.
+# BGE-M3's lexical weights (also `sparse`) are never read from config.json: a BGE-M3 checkpoint
+# is an embedding model that also ships `sparse_linear.pt`, and serves them when asked.
 TASKS = ("embed", "rerank", "sparse")
 SPARSE_HEAD_FILE = "sparse_linear.pt"
 
@@ -151,3 +153,18 @@ def _pooling_mode(config: dict[str, Any], path: Path) -> str:
         return POOLING_MODES[modes[0]]
     raise ModelLoadError(f"{path}: pooling {' + '.join(modes) or '(none)'} is not supported "
                          f"(supported: exactly one of cls, mean, last token)")
+
+
+def read_splade_pooling(directory: Path) -> tuple[str, str]:
+    """(pooling_strategy, activation_function) of the SpladePooling module a
+    sentence-transformers SparseEncoder directory lists in modules.json; SpladePooling's
+    defaults ("max", "relu") when there is none or its config leaves them out."""
+    modules_path = directory / "modules.json"
+    modules = read_json(modules_path) if modules_path.is_file() else []
+    for module in modules if isinstance(modules, list) else []:
+        if isinstance(module, dict) and str(module.get("type", "")).endswith(".SpladePooling"):
+            path = directory / str(module.get("path", "")) / "config.json"
+            config = read_object(path) if path.is_file() else {}
+            return (str(config.get("pooling_strategy", "max")),
+                    str(config.get("activation_function", "relu")))
+    return "max", "relu"

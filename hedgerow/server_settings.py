@@ -33,10 +33,11 @@ class ServerSettings:
     task: str = setting(
         "auto",
         "What the model serves: embed (vectors: Embed and Score), rerank (a cross-encoder's "
-        "pair scores: Rerank) or sparse (BGE-M3's lexical weights, from the sparse_linear.pt "
-        "beside its weights: EmbedSparse). auto: what the checkpoint is (config.json "
-        "architectures: *ForSequenceClassification is rerank, else embed). A checkpoint of "
-        "another task than the one named here is refused at start.",
+        "pair scores: Rerank) or sparse (EmbedSparse: SPLADE vectors of a "
+        "(Distil)BertForMaskedLM, or BGE-M3's lexical weights from the sparse_linear.pt beside "
+        "its weights). auto: what the checkpoint is (config.json architectures: "
+        "*ForSequenceClassification is rerank, (Distil)BertForMaskedLM sparse, else embed). A "
+        "checkpoint of another task than the one named here is refused at start.",
         choices=("auto", "embed", "rerank", "sparse"),
     )
     host: str = setting(

@@ -7,16 +7,16 @@ ending with the space's fingerprint (bytes written once at start). `Score` does 
 query and its documents (server/score.py), then ranks the documents by cosine on the engine
 thread (device work never runs elsewhere). `Rerank` scores query-document pairs with a
 cross-encoder (server/rerank.py) and ranks them the same way; `EmbedSparse` answers BGE-M3's
-lexical weights (server/sparse.py). Embed and Score serve a model of task `embed` only, Rerank
-one of task `rerank`, EmbedSparse one of task `sparse`: the other gets INVALID_ARGUMENT naming
-the model's task. `Info` reports the engine's model, its task and the fingerprint of its
-embedding space. Every embedding and score answer says where the request's time went
-(`timing`: queue wait and inference). The gateway's request id arrives as the call's
-`x-request-id` metadata; it is read only for a log line: the DEBUG line `request.done` each
-call writes at --log-level debug, and the ERROR line `request.failed`. Every HedgerowError
-becomes its status code in `_abort`; nothing else is caught. `add_to_server` registers it with
-decoders that turn bytes that are no valid message into INVALID_ARGUMENT. The servicer knows
-nothing about batching or the engine's internals.
+lexical weights or SPLADE's vocabulary weights (server/sparse.py). Embed and Score serve a model
+of task `embed` only, Rerank one of task `rerank`, EmbedSparse one of task `sparse`: the other
+gets INVALID_ARGUMENT naming the model's task. `Info` reports the engine's model, its task and
+the fingerprint of its embedding space. Every embedding and score answer says where the
+request's time went (`timing`: queue wait and inference). The gateway's request id arrives as
+the call's `x-request-id` metadata; it is read only for a log line: the DEBUG line
+`request.done` each call writes at --log-level debug, and the ERROR line `request.failed`. Every
+HedgerowError becomes its status code in `_abort`; nothing else is caught. `add_to_server`
+registers it with decoders that turn bytes that are no valid message into INVALID_ARGUMENT. The
+servicer knows nothing about batching or the engine's internals.
 """
 
 import asyncio
@@ -42,7 +42,10 @@ from hedgerow.server.convert import (
 )
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
 from hedgerow.server.rerank import decode_rerank, rank_pairs
-from hedgerow.server.sparse import encode_sparse, lexical_weights, special_ids
+from hedgerow.engine.pooling import SPLADE
+from hedgerow.server.sparse import (
+    encode_sparse, lexical_weights, special_ids, vocabulary_weights,
+)
 from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -213,17 +216,21 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
     async def _embed_sparse(self, request: embed_pb2.EmbedRequest,
                             context: grpc.aio.ServicerContext, start: float
                             ) -> embed_pb2.SparseEmbedResponse:
-        _, loop = self._ready("sparse", "EmbedSparse")
+        engine, loop = self._ready("sparse", "EmbedSparse")
         batch = self._checked(decode_batch(request, self._state.settings.max_request_tokens))
         rows, queue_us, inference_us = await self._rows(loop, batch, context, start)
         if self._debug:
             self._log_done(context, "EmbedSparse", batch, queue_us, inference_us)
         if self._tracing is not None:
             self._trace(context, "EmbedSparse", start, queue_us, inference_us)
-        if self._special_ids is None:
-            self._special_ids = special_ids(Path(self._state.settings.model
-                                                 or default_model_path()))
-        vectors = lexical_weights(batch.input_ids, batch.cu_seqlens, rows, self._special_ids)
+        if engine.info.pooling == SPLADE:
+            vectors = vocabulary_weights(rows)
+        else:
+            if self._special_ids is None:
+                self._special_ids = special_ids(Path(self._state.settings.model
+                                                     or default_model_path()))
+            vectors = lexical_weights(batch.input_ids, batch.cu_seqlens, rows,
+                                      self._special_ids)
         return encode_sparse(vectors, batch.num_tokens, self._state.space.fingerprint,
                              queue_us, inference_us)
 
@@ -306,7 +313,7 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
         if task is not None and info.task != task:
             serves = {"embed": "embeddings (Embed, Score)",
                       "rerank": "query-document pair scores (Rerank)",
-                      "sparse": "lexical weights (EmbedSparse)"}[info.task]
+                      "sparse": "sparse vectors (EmbedSparse)"}[info.task]
             raise InvalidInputError(f"{method} needs a model of task {task!r}; model "
                                     f"{info.name} is of task {info.task!r}: it serves {serves}")
         return state.engine, state.loop

@@ -3,16 +3,17 @@ rounded, and the fingerprint they make (its format is hedgerow/space.py's).
 
 The facts: architecture and the model's config as the engine reads it, a digest of the weight
 files and of tokenizer.json, the templates, pooling, the normalisation default, the width, the
-longest sequence and the compute dtype; for a directory `hedgerow fetch-model` fetched, also
-the repository and commit it came from (hedgerow/model_source.py). The probe: hedgerow's
-fixed probe texts tokenized with the directory's tokenizer.json (a directory without one, as
-the benchmarks' random-weight models may be, is probed with fixed token ids instead),
+longest sequence and the compute dtype; for sparse vectors (task sparse) their index space, the
+tokenizer's vocabulary (the token ids are the indices); for a directory `hedgerow fetch-model`
+fetched, also the repository and commit it came from (hedgerow/model_source.py). The probe:
+hedgerow's fixed probe texts tokenized with the directory's tokenizer.json (a directory without
+one, as the benchmarks' random-weight models may be, is probed with fixed token ids instead),
 embedded through the engine in fixed batches, normalised, each vector rounded to the sides of
-PROBE_PLANES fixed hyperplanes.
-`measure` runs once, on the engine thread (it steps the engine), before the server serves;
-the weights' digest is started before the engine loads (`start_weights_digest`) and overlaps it.
-`embed_sequences` is also how the golden set and `hedgerow guard record` embed their texts, so
-a text's vector is computed the same way everywhere. Knows nothing about gRPC or requests.
+PROBE_PLANES fixed hyperplanes. `measure` runs once, on the engine thread (it steps the engine),
+before the server serves; the weights' digest is started before the engine loads
+(`start_weights_digest`) and overlaps it. `embed_sequences` is also how the golden set and
+`hedgerow guard record` embed their texts, so a text's vector is computed the same way
+everywhere. Knows nothing about gRPC or requests.
 """
 
 import dataclasses
@@ -100,6 +101,8 @@ def facts(engine: Any, directory: Path, weights: str) -> dict[str, Any]:
         "max_tokens": info.max_tokens,
         "dtype": info.dtype,
     }
+    if info.task == "sparse":  # the indices are token ids, named by the tokenizer's digest
+        known["index_space"] = {"kind": "vocabulary", "size": info.vocab_size}
     source = model_source.read(directory)  # a directory `hedgerow fetch-model` fetched
     if source is not None:
         known["source"] = source.label  # another revision is another space

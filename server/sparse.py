@@ -1,12 +1,15 @@
-"""The EmbedSparse RPC's answer: BGE-M3's lexical weights as sparse vectors.
+"""The EmbedSparse RPC's answer: BGE-M3's lexical weights or SPLADE's, as sparse vectors.
 
-In: the engine's rows float32 [B, max_tokens] for a model of task `sparse` (row b holds
+Lexical weights (pooling `tokens`): in, the engine's rows float32 [B, max_tokens] (row b holds
 sequence b's token weights, `relu(sparse_linear(hidden))`, at positions 0..length-1) and the
 request's token ids. Out: per sequence, the largest weight of each token id it holds, leaving
 out the tokenizer's special tokens (BGE-M3's reference drops its CLS, EOS, PAD and UNK ids) and
 zero weights, ids ascending: the sparse vector `{index: value}` that BGE-M3's
-`_process_token_weights` computes. Encoded as a SparseEmbedResponse (counts, then packed indices
-and values). Plain numpy on the host; knows nothing about scheduling or gRPC status codes.
+`_process_token_weights` computes. SPLADE (pooling `splade`): the rows are float32
+[B, vocab_size] already, each token id's weight; out, the non-zero entries of each row, ids
+ascending (every vocabulary entry counts, special tokens' too, as SpladePooling keeps them).
+Either is encoded as a SparseEmbedResponse (counts, then packed indices and values). Plain
+numpy on the host; knows nothing about scheduling or gRPC status codes.
 """
 
 import json
@@ -51,6 +54,16 @@ def lexical_weights(input_ids: np.ndarray, cu_seqlens: Sequence[int], rows: np.n
         unique, first = np.unique(ids, return_index=True)
         maxima = np.maximum.reduceat(weights, first) if unique.size else weights[:0]
         out.append((unique.astype(np.uint32), maxima.astype(np.float32)))
+    return out
+
+
+def vocabulary_weights(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row of float32 [B, V] (ids uint32 [k] ascending, weights float32 [k]): its entries
+    above 0."""
+    out = []
+    for row in rows:
+        ids = np.flatnonzero(row > 0)
+        out.append((ids.astype(np.uint32), row[ids].astype(np.float32)))
     return out
 
 

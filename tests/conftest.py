@@ -97,3 +97,40 @@ def write_lexical_model(directory: Path, seed: int = 0) -> Path:
     torch.save(head.state_dict(), directory / "sparse_linear.pt")
     shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
     return directory
+
+
+def write_splade_model(directory: Path, seed: int = 0, tied: bool = True,
+                       distil: bool = False) -> Path:
+    """A random-weight BertForMaskedLM (`distil`: DistilBertForMaskedLM) of small shapes (the
+    real vocabulary: the packaged model's tokenizer.json is copied beside it), saved with
+    `save_pretrained`: a SPLADE directory as a user would serve one. The decoder's bias is set
+    well below 0 so that only a few percent of each text's vocabulary entries come out above 0,
+    as a trained SPLADE's do; `tied` false gives the (BERT) decoder its own weight."""
+    import shutil
+
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    if distil:
+        config = transformers.DistilBertConfig(
+            vocab_size=30522, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+            max_position_embeddings=512, initializer_range=0.2)
+        model = transformers.DistilBertForMaskedLM(config).eval()
+        with torch.no_grad():
+            model.vocab_projector.bias.fill_(-4.0)
+        model.save_pretrained(directory)
+        shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
+        return directory
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=512, initializer_range=0.2,
+        tie_word_embeddings=tied)
+    model = transformers.BertForMaskedLM(config).eval()
+    with torch.no_grad():
+        model.cls.predictions.bias.fill_(-4.0)
+        if not tied:  # its own bias too, another (the one its forward adds), when untied
+            model.cls.predictions.decoder.bias.fill_(-3.5)
+    model.save_pretrained(directory)
+    shutil.copy(default_model_path() / "tokenizer.json", directory / "tokenizer.json")
+    return directory

@@ -96,8 +96,9 @@ class EmbedderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EmbedSparse(self, request, context):
-        """BGE-M3's lexical weights of every sequence (a server whose Info.task is "sparse"): per
-        sequence the largest weight of each token id it holds, special tokens left out.
+        """Sparse vectors of every sequence (a server whose Info.task is "sparse"): BGE-M3's lexical
+        weights (per sequence the largest weight of each token id it holds, special tokens left
+        out) or SPLADE's (every non-zero vocabulary entry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -13,7 +13,8 @@ A cross-encoder (`segments` > 1) reads token type ids (the query's segment 0, th
 segment 1) folded into the ids: a token of segment s arrives as `id + s * vocab_size`, so the
 ragged batch stays one int32 axis through the scheduler and the graphs. An embedding model
 reads segment 0 only. `ScoreHead` turns a cross-encoder's pooled [CLS] rows into one relevance
-score each; `LexicalWeights` gives each token BGE-M3's lexical weight.
+score each; `LexicalWeights` gives each token BGE-M3's lexical weight; `MaskedLM` gives each
+token BERT's masked-LM logits over the vocabulary (SPLADE pools them).
 """
 
 from dataclasses import dataclass
@@ -180,3 +181,27 @@ class LexicalWeights(nn.Module):
                 cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
         hidden = self.encoder(input_ids, position_ids, cu_seqlens, max_seqlen, attention)
         return torch.relu(self.sparse_linear(hidden))
+
+
+class MaskedLM(nn.Module):
+    """BERT's masked-LM head on an encoder: each token's logits over the vocabulary.
+
+    forward(input_ids [T], position_ids [T], cu_seqlens, max_seqlen, attention) -> logits
+    [T, vocab_size] in the model's dtype: `decoder(norm(act(dense(hidden))))`, the decoder
+    with its bias (transformers' BertLMPredictionHead; a tied decoder's weight is the word
+    embeddings'). Pooling "splade" max-pools them per sequence."""
+
+    def __init__(self, encoder: BertModel) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.config = config = encoder.config
+        h = config.hidden_size
+        # Linear then activation as one Sequential: a backend may fuse the pair (see cpu_linear).
+        self.transform = nn.Sequential(nn.Linear(h, h), _ACTIVATIONS[config.hidden_act]())
+        self.transform_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(h, config.vocab_size)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
+        hidden = self.encoder(input_ids, position_ids, cu_seqlens, max_seqlen, attention)
+        return self.decoder(self.transform_norm(self.transform(hidden)))

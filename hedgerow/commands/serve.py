@@ -66,7 +66,8 @@ class ServeSettings:
     task: str = setting(
         field_of(ServerSettings, "task").default,
         "What the server serves (as `hedgerow server --task`): auto reads it from the "
-        "checkpoint; sparse serves BGE-M3's lexical weights (TEI's /embed_sparse).",
+        "checkpoint; sparse serves SPLADE's or BGE-M3's sparse vectors (/embed_sparse, "
+        "/v1/embeddings/sparse).",
         choices=field_of(ServerSettings, "task").choices)
     startup_timeout: float = setting(
         300.0, "Longest to wait for the server and the gateway to become ready.",

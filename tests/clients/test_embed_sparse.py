@@ -1,5 +1,6 @@
-"""TEI's `/embed_sparse` against `hedgerow serve --model DIR --task sparse`: a random-weight
-BertModel with BGE-M3's sparse head (tests/conftest.py `write_lexical_model`).
+"""TEI's `/embed_sparse` and the OpenAI side's `/v1/embeddings/sparse` against `hedgerow serve
+--model DIR --task sparse`: a random-weight BertModel with BGE-M3's sparse head
+(tests/conftest.py `write_lexical_model`).
 
 The reference is BGE-M3's formula on `transformers`' model: `relu(sparse_linear(hidden))` per
 token, the largest weight of each token id, the CLS, SEP, PAD and UNK ids and zero weights left
@@ -65,5 +66,18 @@ def test_embed_sparse_matches_bge_m3s_formula(stack, model_dir):
 def test_a_dense_embedding_call_to_a_sparse_model_names_the_task(stack):
     answer = httpx.post(stack.url + "/v1/embeddings", json={"input": "ivy"}, timeout=30)
     assert answer.status_code == 400
-    assert ("model 'lexical' is of task 'sparse' (lexical weights: call /embed_sparse) and "
+    assert ("model 'lexical' is of task 'sparse' (sparse vectors: call /v1/embeddings/sparse "
+            "or /embed_sparse) and "
             "serves no embeddings") in answer.text
+
+
+def test_openai_sparse_embeddings_are_the_lexical_weights(stack, model_dir):
+    answer = httpx.post(stack.url + "/v1/embeddings/sparse", json={"input": TEXTS}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["embedding_space"] == answer.headers["x-embedding-space"]
+    for text, item in zip(TEXTS, body["data"], strict=True):
+        expected = reference(model_dir, text)
+        assert [entry["index"] for entry in item["embedding"]] == sorted(expected)
+        assert [entry["value"] for entry in item["embedding"]] == pytest.approx(
+            [expected[i] for i in sorted(expected)], abs=1e-3)

@@ -127,7 +127,7 @@ def test_unsupported_architecture(capsys, tmp_path, default_model_dir):
     path = _tiny_model_dir(tmp_path, default_model_dir, config)
     code, _, err = _embed(capsys, "--model", str(path), "hi")
     assert code == 2 and "unsupported architecture 'gpt2'" in err
-    assert "supported: bert, roberta, xlm-roberta, qwen3" in err
+    assert "supported: bert, roberta, xlm-roberta, distilbert, qwen3" in err
 
 
 def test_token_ids_outside_the_vocabulary(capsys, tmp_path, default_model_dir):
