@@ -25,7 +25,6 @@ import aiohttp
 import kopf
 
 from hedgerow import golden_set
-from hedgerow.golden_set import DEFAULT_MAX_SCORE_DELTA
 from hedgerow.errors import ConfigError
 from hedgerow.operator import (
     api_keys, build_fetch, build_tls, model_fetch_status, names, status, warmup,
@@ -373,7 +372,7 @@ async def update_gates(ctx: Context,
                  if not (pod.get("metadata") or {}).get("deletionTimestamp")]
         guard = service.spec.get("guard")
         minimum = guard["minCosine"] if guard is not None else None
-        delta = guard["maxScoreDelta"] if guard is not None else DEFAULT_MAX_SCORE_DELTA
+        delta = (guard or {}).get("maxScoreDelta", golden_set.DEFAULT_MAX_SCORE_DELTA)
         decisions = await asyncio.gather(*(_decide(ctx, view, minimum, delta)
                                            for view in views))
         gated = service.spec["warmup"]["readinessGate"]

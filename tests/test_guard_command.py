@@ -56,7 +56,7 @@ def golden_file(tmp_path):
     (["record", "--task", "rerank", "--pairs", "{tmp}/blank.txt"],
      "--pairs {tmp}/blank.txt holds no pair (one `query<TAB>document` a line)"),
     (["record", "--task", "rerank", "--pairs", "{tmp}/one_column.tsv"],
-     "--pairs {tmp}/one_column.tsv line 2: write one pair a line, the query and the document "
+     "--pairs {tmp}/one_column.tsv line 3: write one pair a line, the query and the document "
      "separated by one tab"),
     (["record", "--task", "rerank", "--pairs", "{tmp}/absent.tsv"],
      "--pairs {tmp}/absent.tsv: cannot read it: No such file or directory"),
@@ -83,9 +83,10 @@ def test_a_bad_call_exits_2_with_one_clear_line(capsys, tmp_path, golden_file, a
     (tmp_path / "one_column.tsv").write_text("q\td\n\nq and d\n")
     rerank_golden = tmp_path / "rerank.json"
     rerank_golden.write_text(GoldenSet(
-        model="ce", fingerprint="s1-0a0a0a0a-1b1b1b1b", dimensions=None, texts=(), vectors=None,
-        task="rerank", pairs=(("q", "d"),), scores=(1.0,)).to_json())
-    fill = {"tmp": str(tmp_path), "golden": str(golden_file), "rerank_golden": str(rerank_golden)}
+        model="ce", fingerprint="s1-0a0a0a0a-1b1b1b1b", dimensions=None, texts=(),
+        vectors=None, task="rerank", pairs=(("q", "d"),), scores=(1.0,)).to_json())
+    fill = {"tmp": str(tmp_path), "golden": str(golden_file),
+            "rerank_golden": str(rerank_golden)}
     code, out, err = _run(capsys, *[arg.format(**fill) for arg in args])
     assert code == 2 and out == ""
     assert said.format(**fill) in err, err
