@@ -42,11 +42,11 @@ CONFIG_MAP_KEY = "golden-set.json"
 # golden set recorded in float32, a broken or different model does not.
 DEFAULT_MIN_COSINE = 0.999
 # A cross-encoder's scores are logits, unbounded, so they are held to an absolute difference:
-# 0.05 moves a sigmoid relevance by at most 0.0125, bfloat16 on a GPU stays well inside it on
-# logits of a few units (a float32 replica within 1e-3, the engine's own bar), and another model
-# or a broken head differs by whole units. The same number says how close two recorded scores
-# of one query may be for noise to swap their order.
-DEFAULT_MAX_SCORE_DELTA = 0.05
+# 0.1 moves a sigmoid relevance by at most 0.025; a float32 replica stays within 1e-3 (the
+# engine's own bar), bfloat16 of the test cross-encoder on CPU moved 0.044 at most
+# (docs/operator.md), and another model or a broken head differs by whole units. The same
+# number says how close two recorded scores of one query may be for noise to swap them.
+DEFAULT_MAX_SCORE_DELTA = 0.1
 TASKS = ("embed", "rerank", "sparse")
 # What a golden set of each task holds, for the message when it meets a model of another.
 HOLDS = {"embed": "texts and their vectors", "rerank": "query-document pairs and their scores",
