@@ -84,3 +84,21 @@ def test_server_benchmark_refuses_a_cross_encoder_naming_the_one_that_times_it(s
     assert done.returncode == 2, done.stderr
     assert "server-cpu times the calls of a model of task embed or sparse; this model is of " \
         "task rerank: time its Rerank calls with rerank-cpu" in done.stderr
+
+
+def test_server_benchmark_times_a_sparse_models_embed_sparse_calls(subprocess_env, tmp_path):
+    from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
+    from tests.conftest import write_lexical_model
+
+    model = write_lexical_model(tmp_path / "lexical")
+    address = f"127.0.0.1:{free_port()}"
+    server = start(["server", "--model", str(model), "--task", "sparse", "--host", "127.0.0.1",
+                    "--port", address.split(":")[1], "--http-port", str(free_port())])
+    try:
+        wait("server", server, lambda: grpc_serving(address))
+        table = run_benchmark(subprocess_env, "server-cpu", "--address", address, "--requests",
+                              "5", "--seconds", "0.2")
+    finally:
+        stop(server)
+    assert f"server {address}, EmbedSparse calls, batch 1, 16 tokens per request" in table
+    assert any(line.split()[:2] == ["concurrent", "16"] for line in table.splitlines()), table
