@@ -10,6 +10,9 @@ the default `--dtype auto` and one with `--dtype float32`, and measures each ove
      `--requests` requests after a warm-up; p50 and p99;
   2. throughput with 1, 4 and 16 concurrent clients, each sending batch-1 requests back to
      back for `--seconds`; requests/s, tokens/s, p50 and p99.
+Each server's task comes from its Info (benchmarks/tasks.py): an embedding model is timed on
+Embed calls, a sparse one (`-- --model DIR --task sparse`) on EmbedSparse calls of the same
+sequences; a cross-encoder is refused (rerank-cpu times its Rerank calls).
 The client runs on the same machine as the server and takes CPU from it: on a small machine
 the numbers are a floor, and noisy when other work shares the cores. The last line compares
 auto's choice against float32 from the same run.
@@ -25,6 +28,7 @@ import time
 import grpc
 import numpy as np
 
+from hedgerow.bench import tasks
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, wait
 from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2_grpc
@@ -46,17 +50,25 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
-async def sequential(stub, tokens: int, count: int) -> list[float]:
+def timed_call(address: str) -> str:
+    """The call to time on the server at `address`: its task's (Embed or EmbedSparse)."""
+    _, task = tasks.server_task(address)
+    tasks.refuse("server-cpu", task, ("embed", "sparse"),
+                 "time its Rerank calls with rerank-cpu")
+    return "EmbedSparse" if task == "sparse" else "Embed"
+
+
+async def sequential(call, tokens: int, count: int) -> list[float]:
     latencies = []
     for i in range(count):
         request = embed_request([tokens], i)
         start = time.perf_counter()
-        await stub.Embed(request)
+        await call(request)
         latencies.append(time.perf_counter() - start)
     return latencies
 
 
-async def concurrent(stub, tokens: int, clients: int, seconds: float
+async def concurrent(call, tokens: int, clients: int, seconds: float
                      ) -> tuple[list[float], float]:
     end = time.perf_counter() + seconds
     latencies: list[float] = []
@@ -66,7 +78,7 @@ async def concurrent(stub, tokens: int, clients: int, seconds: float
         while time.perf_counter() < end:
             request = embed_request([tokens], c * 7919 + i)
             start = time.perf_counter()
-            await stub.Embed(request)
+            await call(request)
             latencies.append(time.perf_counter() - start)
             i += 1
 
@@ -77,16 +89,17 @@ async def concurrent(stub, tokens: int, clients: int, seconds: float
 
 async def run(address: str, tokens: int, count: int, seconds: float) -> list[tuple]:
     rows = []
+    method = timed_call(address)
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = embed_pb2_grpc.EmbedderStub(channel)
-        await sequential(stub, tokens, 20)  # warm-up
-        latencies = await sequential(stub, tokens, count)
+        call = getattr(embed_pb2_grpc.EmbedderStub(channel), method)
+        await sequential(call, tokens, 20)  # warm-up
+        latencies = await sequential(call, tokens, count)
         p50, p99 = percentiles(latencies)
         total = sum(latencies)
         rows.append(("sequential", 1, len(latencies), len(latencies) / total,
                      len(latencies) * tokens / total, p50, p99))
         for clients in (1, 4, 16):
-            latencies, elapsed = await concurrent(stub, tokens, clients, seconds)
+            latencies, elapsed = await concurrent(call, tokens, clients, seconds)
             p50, p99 = percentiles(latencies)
             rows.append(("concurrent", clients, len(latencies), len(latencies) / elapsed,
                          len(latencies) * tokens / elapsed, p50, p99))
@@ -112,7 +125,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.address:
         rows = asyncio.run(run(args.address, args.tokens, args.requests, args.seconds))
-        print(f"server {args.address}, batch 1, {args.tokens} tokens per request")
+        print(f"server {args.address}, {timed_call(args.address)} calls, batch 1, "
+              f"{args.tokens} tokens per request")
         table(rows)
         return 0
     servers: dict[str, tuple] = {}

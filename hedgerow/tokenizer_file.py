@@ -2,8 +2,10 @@
 
 Owns loading the tokenizer (truncation and padding off, as the gateway has them) and encoding
 texts with a template prefix, with a specific message for an empty text, one past the model's
-limit, or an id the model does not know. One reader for `hedgerow embed`, the server's probe
-and golden sets, and `hedgerow guard record`, so a text becomes the same ids in each. The
+limit, or an id the model does not know, and query-document pairs with the tokenizer's pair
+template, as the gateway's rerank routes encode them (token type ids kept, nothing cut). One
+reader for `hedgerow embed`, the server's probe and golden sets, and `hedgerow guard record`,
+so a text becomes the same ids in each. The
 `tokenizers` package is imported when a tokenizer is loaded. Knows nothing about models.
 """
 
@@ -64,3 +66,32 @@ def encode_texts(tokenizer, texts: Sequence[str], prefix: str, max_tokens: int,
                 f"text {i} has token id {outside[0]}, outside the model's vocabulary "
                 f"[0, {vocab_size}): tokenizer.json does not match the model")
     return ids
+
+
+def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], max_tokens: int, vocab_size: int
+                 ) -> tuple[list[list[int]], list[list[int]]]:
+    """(token ids, token type ids) of each (query, document) pair with the tokenizer's pair
+    template ([CLS] q [SEP] d [SEP]; types 0 the query's, 1 the document's where the tokenizer
+    has segments); InvalidInputError for an empty text, a pair longer than `max_tokens` (golden
+    pairs are never cut: a cut pair is another pair) or an id outside [0, vocab_size)."""
+    if not pairs:
+        raise InvalidInputError("no pairs given")
+    for i, (query, document) in enumerate(pairs):
+        if not query or not document:
+            empty = "query" if not query else "document"
+            raise InvalidInputError(f"pair {i} has an empty {empty}")
+    encodings = tokenizer.encode_batch([tuple(pair) for pair in pairs])
+    ids, types = [], []
+    for i, encoding in enumerate(encodings):
+        if len(encoding.ids) > max_tokens:
+            raise InvalidInputError(
+                f"pair {i} has {len(encoding.ids)} tokens; the model reads a query and a "
+                f"document together in at most {max_tokens}")
+        outside = [t for t in encoding.ids if not 0 <= t < vocab_size]
+        if outside:
+            raise InvalidInputError(
+                f"pair {i} has token id {outside[0]}, outside the model's vocabulary "
+                f"[0, {vocab_size}): tokenizer.json does not match the model")
+        ids.append(list(encoding.ids))
+        types.append(list(encoding.type_ids))
+    return ids, types

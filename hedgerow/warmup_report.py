@@ -7,10 +7,13 @@ error or a failed probe), the model is loaded and its hot CUDA graphs are captur
 SERVING (its warmup returned; a hot-set shape it could not capture, over the graph memory limit
 or a failed capture, runs eagerly, slower but correct, so waiting for full coverage would keep
 it out of traffic for good); and whether a server's space matches its golden set
-(`space_verdict`: the smallest cosine of its vectors to the golden set's at least the minimum,
-or, for a golden set of a fingerprint alone, the same fingerprint). The server builds its
-report here and the operator parses and judges it here. The body carries more (graph-cache
-detail, step counts, the facts behind the fingerprint) for people; nothing acts on that.
+(`space_verdict`: the smallest cosine of its vectors, dense or sparse, to the golden set's at
+least the minimum; for a cross-encoder's pairs, every score within the largest difference of
+its recorded one and no two documents of one query whose recorded scores lie further apart
+ranked the other way; for a golden set of a fingerprint alone, the same fingerprint). The
+server builds its report here and the operator parses and judges it here. The body carries
+more (graph-cache detail, step counts, the facts behind the fingerprint) for people; nothing
+acts on that.
 Plain data: no torch, no gRPC, no HTTP.
 """
 
@@ -20,6 +23,7 @@ import math
 from typing import Any, Mapping
 
 from hedgerow import space as space_format
+from hedgerow.golden_set import DEFAULT_MAX_SCORE_DELTA, TASKS
 
 
 class WarmupReportError(ValueError):
@@ -36,9 +40,17 @@ class GoldenCheck:
     """What a server measured against its golden set, at start."""
 
     fingerprint: str  # the fingerprint the golden set was recorded in
-    texts: int  # texts in the golden set
-    min_cosine: float | None = None  # smallest cosine to the recorded vectors; None: it has none
-    problem: str | None = None  # why the texts could not be embedded here (then: no match)
+    texts: int  # texts (task rerank: pairs) in the golden set
+    # smallest cosine to the recorded vectors (dense, or sparse over the union of their
+    # indices); None: it has none, or is of task rerank
+    min_cosine: float | None = None
+    problem: str | None = None  # why the set could not be checked here (then: no match)
+    task: str = "embed"  # the golden set's task (a report without one predates the others)
+    # task rerank, with recorded scores: the largest |score - recorded| over the pairs, and
+    # the largest recorded gap between two documents of one query ranked the other way (0.0:
+    # every query kept its order); see golden_set.score_drift
+    max_score_delta: float | None = None
+    max_flipped_gap: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +60,7 @@ class SpaceVerdict:
     matches: bool | None
     message: str
     min_cosine: float | None = None
+    max_score_delta: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,30 +111,52 @@ class WarmupReport:
         return out
 
 
-def space_verdict(report: WarmupReport, minimum: float) -> SpaceVerdict:
-    """Judge `report`'s golden-set check against the smallest cosine `minimum`."""
+def space_verdict(report: WarmupReport, minimum: float,
+                  max_score_delta: float = DEFAULT_MAX_SCORE_DELTA) -> SpaceVerdict:
+    """Judge `report`'s golden-set check against the smallest cosine `minimum` (vectors) and
+    the largest score difference `max_score_delta` (a cross-encoder's pairs)."""
     if report.golden is None:
         return SpaceVerdict(None, "the server reports no golden-set check: its image predates "
                                   "the guard, or it was started without --golden-set")
-    return judge(report.space, report.golden, minimum)
+    return judge(report.space, report.golden, minimum, max_score_delta)
 
 
-def judge(space: str | None, golden: GoldenCheck, minimum: float) -> SpaceVerdict:
-    """Whether vectors of the space `space`, measured against a golden set as `golden`
-    says, match it: the smallest cosine at least `minimum`; for a golden set without vectors,
-    the same fingerprint. One rule for the operator's gate and `hedgerow guard check`."""
+def judge(space: str | None, golden: GoldenCheck, minimum: float,
+          max_score_delta: float = DEFAULT_MAX_SCORE_DELTA) -> SpaceVerdict:
+    """Whether answers of the space `space`, measured against a golden set as `golden`
+    says, match it: the smallest cosine at least `minimum`; for a cross-encoder's scores,
+    each within `max_score_delta` of its recorded one and no order flipped between documents
+    of one query recorded more than `max_score_delta` apart; for a golden set of a fingerprint
+    alone, the same fingerprint. One rule for the operator's gate and `hedgerow guard check`."""
     if golden.problem:
-        return SpaceVerdict(False, f"the golden set cannot be embedded here: {golden.problem}")
+        return SpaceVerdict(False, f"the golden set cannot be checked here: {golden.problem}")
     spaces = f"space {space}, golden set recorded in {golden.fingerprint}"
+    if golden.max_score_delta is not None:
+        return _judge_scores(golden, max_score_delta, spaces)
     if golden.min_cosine is None:
         same = space == golden.fingerprint
         relation = "equal" if same else "differ (the golden set holds no vectors: they must " \
                                         "be equal)"
         return SpaceVerdict(same, f"{spaces}: fingerprints {relation}")
     matches = golden.min_cosine >= minimum
-    return SpaceVerdict(matches, f"smallest cosine to the golden set's {golden.texts} vectors "
+    kind = "sparse vectors" if golden.task == "sparse" else "vectors"
+    return SpaceVerdict(matches, f"smallest cosine to the golden set's {golden.texts} {kind} "
                                  f"{golden.min_cosine:.6f} ({'at least' if matches else 'below'} "
                                  f"the minimum {minimum}); {spaces}", golden.min_cosine)
+
+
+def _judge_scores(golden: GoldenCheck, maximum: float, spaces: str) -> SpaceVerdict:
+    delta, flipped = golden.max_score_delta, golden.max_flipped_gap or 0.0
+    within = delta <= maximum
+    text = (f"largest score difference to the golden set's {golden.texts} pairs {delta:.6f} "
+            f"({'within' if within else 'past'} the maximum {maximum})")
+    if flipped > maximum:
+        text += (f"; documents of one query whose recorded scores lie {flipped:.6f} apart are "
+                 "ranked the other way")
+    else:
+        text += "; every query's order kept"
+    return SpaceVerdict(within and flipped <= maximum, f"{text}; {spaces}",
+                        max_score_delta=delta)
 
 
 def from_engine(engine_report: Mapping[str, Any], *, serving: bool, space: str | None = None,
@@ -176,11 +211,16 @@ def _golden(data: Any) -> GoldenCheck | None:
                                 f"{fingerprint!r}")
     if isinstance(texts, bool) or not isinstance(texts, int) or texts < 0:
         raise WarmupReportError(f"/warmup golden.texts is not a count: {texts!r}")
-    cosine = data.get("min_cosine")
-    if cosine is not None and (isinstance(cosine, bool) or not isinstance(cosine, (int, float))
-                               or not math.isfinite(cosine)):
-        raise WarmupReportError(f"/warmup golden.min_cosine is not a number: {cosine!r}")
+    numbers = {}
+    for name in ("min_cosine", "max_score_delta", "max_flipped_gap"):
+        value = data.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise WarmupReportError(f"/warmup golden.{name} is not a number: {value!r}")
+        numbers[name] = None if value is None else float(value)
+    task = data.get("task", "embed")
+    if task not in TASKS:
+        raise WarmupReportError(f"/warmup golden.task is not a task: {task!r}")
     problem = data.get("problem")
-    return GoldenCheck(fingerprint=fingerprint, texts=texts,
-                       min_cosine=None if cosine is None else float(cosine),
-                       problem=str(problem) if problem else None)
+    return GoldenCheck(fingerprint=fingerprint, texts=texts, task=task,
+                       problem=str(problem) if problem else None, **numbers)

@@ -431,13 +431,19 @@ GUARD = obj(
                       default=golden_set.CONFIG_MAP_KEY, min_length=1, max_length=253,
                       pattern=SECRET_KEY),
         "minCosine": number("Smallest cosine a new server's vector of each golden text must "
-                            "keep to the recorded one. A golden set without vectors asks for "
-                            "the same fingerprint instead.",
+                            "keep to the recorded one (a sparse model's: over the union of "
+                            "their token ids). A golden set without vectors asks for the same "
+                            "fingerprint instead.",
                             default=golden_set.DEFAULT_MIN_COSINE, minimum=0.0, maximum=1.0),
+        "maxScoreDelta": number("A cross-encoder's golden set (task rerank): largest difference "
+                                "of a new server's raw score of each golden pair from the "
+                                "recorded one; two documents of one query recorded further "
+                                "apart than this must also keep their order.",
+                                default=golden_set.DEFAULT_MAX_SCORE_DELTA, minimum=0.0),
     },
-    "The golden set that defines this service's embedding space: each new server embeds its "
-    "texts at start, and its readiness gate stays closed (condition SpaceMatches=False) "
-    "until they match. Needs warmup.readinessGate.",
+    "The golden set that defines this service's space: each new server runs its texts (a "
+    "cross-encoder: its query-document pairs) at start, and its readiness gate stays closed "
+    "(condition SpaceMatches=False) until the answers match. Needs warmup.readinessGate.",
     required=("configMap",),
 )
 

@@ -159,9 +159,15 @@ async def _check_golden_set(ctx: Context, service: Service) -> str | None:
         raise SpecError(GOLDEN_SET_INVALID,
                         f"ConfigMap {name!r} has no key {key!r} (spec.guard.key)")
     try:
-        golden_set.parse(raw, f"ConfigMap {name!r} key {key!r}")
+        golden = golden_set.parse(raw, f"ConfigMap {name!r} key {key!r}")
     except golden_set.GoldenSetError as error:
         raise SpecError(GOLDEN_SET_INVALID, str(error)) from None
+    task = service.spec["model"].get("task")  # left out: the checkpoint's, known to the server
+    if task is not None and golden.task != task:
+        raise SpecError(GOLDEN_SET_INVALID,
+                        f"ConfigMap {name!r} holds a golden set of task {golden.task} "
+                        f"({golden_set.HOLDS[golden.task]}); spec.model.task is {task}: record "
+                        "it from this model with `hedgerow guard record`")
     return golden_set.content_digest(raw)
 
 
@@ -337,7 +343,7 @@ async def observe(ctx: Context, service: Service, body: Mapping[str, Any], patch
         pods = [status.PodSpace(name, decision.status == "True", decision.space)
                 for name, decision in results]
         conditions.append(status.space_condition(pods, guard["configMap"], guard["minCosine"],
-                                                 generation))
+                                                 generation, guard["maxScoreDelta"]))
     model = service.model_label
     hub = build_fetch.hugging_face(service)
     if hub is not None:  # spec.model.huggingFace: what each pod's fetch says
@@ -366,7 +372,9 @@ async def update_gates(ctx: Context,
                  if not (pod.get("metadata") or {}).get("deletionTimestamp")]
         guard = service.spec.get("guard")
         minimum = guard["minCosine"] if guard is not None else None
-        decisions = await asyncio.gather(*(_decide(ctx, view, minimum) for view in views))
+        delta = (guard or {}).get("maxScoreDelta", golden_set.DEFAULT_MAX_SCORE_DELTA)
+        decisions = await asyncio.gather(*(_decide(ctx, view, minimum, delta)
+                                           for view in views))
         gated = service.spec["warmup"]["readinessGate"]
         at = status.now()
         results = []
@@ -394,8 +402,8 @@ async def track_gates(ctx: Context, service: Service,
     return [(name, decision) for name, decision, _ in results]
 
 
-async def _decide(ctx: Context, view: warmup.ServerPod,
-                  min_cosine: float | None) -> warmup.GateDecision:
+async def _decide(ctx: Context, view: warmup.ServerPod, min_cosine: float | None,
+                  max_score_delta: float) -> warmup.GateDecision:
     report, error = None, None
     if view.running and view.ip and ctx.probes is not None:
         try:
@@ -403,4 +411,4 @@ async def _decide(ctx: Context, view: warmup.ServerPod,
                                                ctx.config.warmup_timeout)
         except warmup.WarmupUnavailable as failure:
             error = str(failure)
-    return warmup.decide(view, report, error, min_cosine)
+    return warmup.decide(view, report, error, min_cosine, max_score_delta)

@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
+from hedgerow.golden_set import DEFAULT_MAX_SCORE_DELTA
 from hedgerow.warmup_report import SpaceVerdict
 
 READY = "Ready"
@@ -119,7 +120,8 @@ class PodSpace:
 
 
 def space_condition(pods: Sequence[PodSpace], config_map: str, minimum: float,
-                    generation: int | None) -> dict:
+                    generation: int | None,
+                    max_score_delta: float = DEFAULT_MAX_SCORE_DELTA) -> dict:
     """SpaceMatches: False naming every pod whose space does not match the golden set (and
     the smallest cosine measured), True when every pod that reported matches, else Unknown."""
     checked = [p for p in pods if p.verdict is not None and p.verdict.matches is not None]
@@ -137,7 +139,11 @@ def space_condition(pods: Sequence[PodSpace], config_map: str, minimum: float,
         return condition(SPACE_MATCHES, FALSE, SPACE_MISMATCH, message, generation)
     if checked:
         cosines = [p.verdict.min_cosine for p in checked if p.verdict.min_cosine is not None]
+        deltas = [p.verdict.max_score_delta for p in checked
+                  if p.verdict.max_score_delta is not None]
         measured = (f"smallest cosine {min(cosines):.6f} (minimum {minimum})" if cosines
+                    else f"largest score difference {max(deltas):.6f} (maximum "
+                         f"{max_score_delta}), every query's order kept" if deltas
                     else "the same fingerprint")
         return condition(SPACE_MATCHES, TRUE, GOLDEN_SET_MATCHES,
                          f"{len(checked)}/{len(pods)} server pods match {golden}: {measured}",

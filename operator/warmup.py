@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import aiohttp
 
+from hedgerow.golden_set import DEFAULT_MAX_SCORE_DELTA
 from hedgerow.operator import names
 from hedgerow.warmup_report import (
     SpaceVerdict, WarmupReport, WarmupReportError, parse_report, space_verdict,
@@ -104,9 +105,10 @@ class GateDecision:
 
 
 def decide(pod: ServerPod, report: WarmupReport | None, error: str | None,
-           min_cosine: float | None = None) -> GateDecision:
+           min_cosine: float | None = None,
+           max_score_delta: float = DEFAULT_MAX_SCORE_DELTA) -> GateDecision:
     """The gate a pod should carry, given its report (or the error reading it); with a
-    guard, `min_cosine` is spec.guard.minCosine."""
+    guard, `min_cosine` is spec.guard.minCosine and `max_score_delta` its maxScoreDelta."""
     if not pod.running:
         return GateDecision("False", NOT_RUNNING, "server container is not running")
     if report is not None and report.failed:  # its liveness probe restarts the container
@@ -114,7 +116,7 @@ def decide(pod: ServerPod, report: WarmupReport | None, error: str | None,
     if report is not None:
         verdict = None
         if min_cosine is not None and report.loaded:
-            verdict = space_verdict(report, min_cosine)
+            verdict = space_verdict(report, min_cosine, max_score_delta)
             admitted = (pod.gate or {}).get("status") == "True" and not restarted_since_warm(pod)
             if verdict.matches is False and not admitted:
                 return GateDecision("False", SPACE_MISMATCH, verdict.message, verdict)

@@ -125,12 +125,15 @@ def measure_space(engine: Any, directory: Path, golden: GoldenSet | None,
     began = time.perf_counter()
     text_tokenizer = space.tokenizer(directory)
     measured = space.measure(engine, directory, text_tokenizer, weights)
-    check = None if golden is None else golden_check.check(engine, text_tokenizer, golden)
+    check = None if golden is None else golden_check.check(engine, text_tokenizer, golden,
+                                                           directory)
     cosine = check.min_cosine if check else None
+    delta = check.max_score_delta if check else None
     log.info("%s", fields(event="server.space", seconds=time.perf_counter() - began,
                           fingerprint=measured.fingerprint,
                           golden_texts=check.texts if check else None,
                           golden_min_cosine=None if cosine is None else f"{cosine:.6f}",
+                          golden_max_score_delta=None if delta is None else f"{delta:.6f}",
                           golden_problem=check.problem if check else None))
     return measured, check
 

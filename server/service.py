@@ -42,10 +42,7 @@ from hedgerow.server.convert import (
 )
 from hedgerow.server.loop import DeadlineExceededError, EngineStepError
 from hedgerow.server.rerank import decode_rerank, rank_pairs
-from hedgerow.engine.pooling import SPLADE
-from hedgerow.server.sparse import (
-    encode_sparse, lexical_weights, special_ids, vocabulary_weights,
-)
+from hedgerow.server.sparse import encode_sparse, sparse_vectors, special_ids
 from hedgerow.server.score import decode_score, encode_scores, rank
 from hedgerow.server.state import ServerState
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
@@ -223,14 +220,11 @@ class EmbedderService(embed_pb2_grpc.EmbedderServicer):
             self._log_done(context, "EmbedSparse", batch, queue_us, inference_us)
         if self._tracing is not None:
             self._trace(context, "EmbedSparse", start, queue_us, inference_us)
-        if engine.info.pooling == SPLADE:
-            vectors = vocabulary_weights(rows)
-        else:
-            if self._special_ids is None:
-                self._special_ids = special_ids(Path(self._state.settings.model
-                                                     or default_model_path()))
-            vectors = lexical_weights(batch.input_ids, batch.cu_seqlens, rows,
-                                      self._special_ids)
+        if self._special_ids is None:
+            self._special_ids = special_ids(Path(self._state.settings.model
+                                                 or default_model_path()))
+        vectors = sparse_vectors(engine.info.pooling, batch.input_ids, batch.cu_seqlens, rows,
+                                 self._special_ids)
         return encode_sparse(vectors, batch.num_tokens, self._state.space.fingerprint,
                              queue_us, inference_us)
 

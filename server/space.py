@@ -9,11 +9,13 @@ fetched, also the repository and commit it came from (hedgerow/model_source.py).
 hedgerow's fixed probe texts tokenized with the directory's tokenizer.json (a directory without
 one, as the benchmarks' random-weight models may be, is probed with fixed token ids instead),
 embedded through the engine in fixed batches, normalised, each vector rounded to the sides of
-PROBE_PLANES fixed hyperplanes. `measure` runs once, on the engine thread (it steps the engine),
-before the server serves; the weights' digest is started before the engine loads
-(`start_weights_digest`) and overlaps it. `embed_sequences` is also how the golden set and
-`hedgerow guard record` embed their texts, so a text's vector is computed the same way
-everywhere. Knows nothing about gRPC or requests.
+PROBE_PLANES fixed hyperplanes.
+`measure` runs once, on the engine thread (it steps the engine), before the server serves;
+the weights' digest is started before the engine loads (`start_weights_digest`) and overlaps it.
+`embed_sequences` is also how the golden set and `hedgerow guard record` embed their texts,
+`score_pairs` how they score a cross-encoder's pairs and `sparse_vectors` how they weigh a
+sparse model's texts, so an answer is computed the same way everywhere (the same rows, folding
+and lexical weights as the Rerank and EmbedSparse calls). Knows nothing about gRPC or requests.
 """
 
 import dataclasses
@@ -29,8 +31,10 @@ from hedgerow import model_source, space
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.checkpoint import weight_files
 from hedgerow.engine.dtype_choice import probe_batch
+from hedgerow.engine.engine import fold_segments
 from hedgerow.engine.pooling import postprocess
 from hedgerow.errors import InvalidInputError, ModelLoadError
+from hedgerow.server import sparse
 from hedgerow.tokenizer_file import TOKENIZER_FILE, encode_texts, load_tokenizer
 
 STEP_TOKENS = 2048  # token budget of one step while probing (a fixed cut: the same batches)
@@ -132,21 +136,64 @@ def round_to_planes(vectors: np.ndarray) -> bytes:
     return np.packbits(vectors.astype(np.float64) @ planes.T > 0).tobytes()
 
 
+def _batches(sequences: Sequence[Sequence[int]]) -> list[list[Sequence[int]]]:
+    """`sequences` in order, cut into batches of at most STEP_TOKENS tokens (a longer sequence
+    alone): fixed cuts, so the same texts always run in the same batches."""
+    batches, batch, used = [], [], 0
+    for sequence in sequences:
+        if batch and used + len(sequence) > STEP_TOKENS:
+            batches.append(batch)
+            batch, used = [], 0
+        batch.append(sequence)
+        used += len(sequence)
+    return batches + [batch] if batch else batches
+
+
+def _rows(engine: Any, batch: Sequence[Sequence[int]], validate: bool = True) -> np.ndarray:
+    ragged = RaggedBatch.from_sequences(batch)
+    if validate:
+        engine.validate(ragged)
+    return np.asarray(engine.step(ragged).synchronize().numpy(), np.float32)
+
+
 def embed_sequences(engine: Any, sequences: Sequence[Sequence[int]]) -> np.ndarray:
     """Token-id sequences -> their normalised vectors, float32 [N, D], in order, embedded in
     batches cut at STEP_TOKENS (a longer sequence runs alone). Steps the engine: run it on the
     thread that owns the device."""
-    rows, batch, used = [], [], 0
-    for sequence in [*sequences, None]:
-        if batch and (sequence is None or used + len(sequence) > STEP_TOKENS):
-            ragged = RaggedBatch.from_sequences(batch)
-            engine.validate(ragged)
-            rows.append(np.asarray(engine.step(ragged).synchronize().numpy(), np.float32))
-            batch, used = [], 0
-        if sequence is not None:
-            batch.append(sequence)
-            used += len(sequence)
+    rows = [_rows(engine, batch) for batch in _batches(sequences)]
     return postprocess(np.concatenate(rows), True, None)
+
+
+def score_pairs(engine: Any, sequences: Sequence[Sequence[int]],
+                token_types: Sequence[Sequence[int]]) -> np.ndarray:
+    """A cross-encoder's (task rerank) raw score of each pair, float32 [N], from its token ids
+    and token type ids (tokenizer_file.encode_pairs: ids already checked against the model),
+    the segments folded into the ids as the Rerank call folds them. Steps the engine."""
+    info = engine.info
+    if info.token_types > 1:
+        sequences = [fold_segments(np.asarray(ids, np.int32), np.asarray(types, np.int32),
+                                   info.vocab_size).tolist()
+                     for ids, types in zip(sequences, token_types)]
+    # folded ids lie past the vocabulary by design: encode_pairs checked the unfolded ones
+    rows = [_rows(engine, batch, validate=False) for batch in _batches(sequences)]
+    return np.concatenate(rows)[:, 0]
+
+
+def sparse_vectors(engine: Any, sequences: Sequence[Sequence[int]],
+                   excluded: frozenset[int]) -> list[dict[int, float]]:
+    """A sparse model's (task sparse) vector of each sequence, {token id: weight} with ids
+    ascending, as EmbedSparse answers them (server/sparse.py: SPLADE's non-zero vocabulary
+    entries, or the largest lexical weight of each id, the ids in `excluded` and zero weights
+    left out). Steps the engine."""
+    out = []
+    for batch in _batches(sequences):
+        rows = _rows(engine, batch)
+        cu = np.cumsum([0, *map(len, batch)])
+        ids = np.concatenate([np.asarray(s, np.int32) for s in batch])
+        for indices, values in sparse.sparse_vectors(engine.info.pooling, ids, cu.tolist(),
+                                                     rows, excluded):
+            out.append(dict(zip(indices.tolist(), values.tolist())))
+    return out
 
 
 def probe_sequences(engine: Any, text_tokenizer: Any) -> list[list[int]]:

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from hedgerow.engine.pooling import SPLADE
 from hedgerow.errors import ModelLoadError
 from hedgerow.wire import embed_pb2
 
@@ -65,6 +66,17 @@ def vocabulary_weights(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         ids = np.flatnonzero(row > 0)
         out.append((ids.astype(np.uint32), row[ids].astype(np.float32)))
     return out
+
+
+def sparse_vectors(pooling: str, input_ids: np.ndarray, cu_seqlens: Sequence[int],
+                   rows: np.ndarray, excluded: frozenset[int]
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The engine's rows as sparse vectors, by the model's pooling: SPLADE's rows are already
+    per vocabulary id (`vocabulary_weights`), lexical weights per token (`lexical_weights`,
+    leaving out `excluded`)."""
+    if pooling == SPLADE:
+        return vocabulary_weights(rows)
+    return lexical_weights(input_ids, cu_seqlens, rows, excluded)
 
 
 def encode_sparse(vectors: list[tuple[np.ndarray, np.ndarray]], prompt_tokens: int,

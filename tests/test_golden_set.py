@@ -88,3 +88,107 @@ def test_a_golden_set_too_large_for_a_config_map_says_what_to_do():
                        vectors=None)
     with pytest.raises(GoldenSetError, match="more than a ConfigMap holds"):
         golden.to_json()
+
+
+PAIRS = (("q1", "d1"), ("q1", "d2"), ("q2", "d3"))
+
+
+def _rerank(scores=(2.5, -1.0, 0.25)) -> GoldenSet:
+    return GoldenSet(model="ce", fingerprint=FINGERPRINT, dimensions=None, texts=(),
+                     vectors=None, task="rerank", pairs=PAIRS, scores=scores,
+                     recorded_with={"dtype": "float32"})
+
+
+def _sparse(vectors=({3: 0.5, 17: 1.25}, {4: 0.125})) -> GoldenSet:
+    return GoldenSet(model="m3", fingerprint=FINGERPRINT, dimensions=None, texts=("a", "b"),
+                     vectors=None, task="sparse", sparse_vectors=vectors)
+
+
+def test_a_rerankers_and_a_sparse_models_golden_sets_read_back_the_same():
+    for golden in (_rerank(), _rerank(scores=None), _sparse(), _sparse(vectors=None)):
+        assert golden_set.parse(golden.to_json()) == golden
+        assert golden_set.parse(json.dumps(golden.config_map("g"))) == golden
+    document = _rerank().document()
+    assert document["task"] == "rerank" and document["pairs"][1] == ["q1", "d2"]
+    assert {"texts", "vectors", "dimensions", "input_type"}.isdisjoint(document)
+    assert _sparse().document()["sparse_vectors"][0] == {"indices": [3, 17],
+                                                         "values": [0.5, 1.25]}
+    assert (_rerank().size, _sparse().size) == (3, 2)
+    assert (_rerank().measured, _rerank(scores=None).measured) == (True, False)
+
+
+def test_a_golden_set_written_before_tasks_reads_as_an_embedding_models():
+    document = _golden().document()
+    del document["task"]
+    assert golden_set.parse(json.dumps(document)) == _golden()
+
+
+def test_sparse_cosine_runs_over_the_union_of_the_indices():
+    assert golden_set.sparse_cosine({1: 2.0, 5: 1.0}, {5: 2.0, 1: 4.0}) == pytest.approx(1.0)
+    # an index one side lacks is a zero there: {1: 1} against {1: 1, 2: 1} is 45 degrees
+    assert golden_set.sparse_cosine({1: 1.0}, {1: 1.0, 2: 1.0}) == pytest.approx(2 ** -0.5)
+    assert golden_set.sparse_cosine({1: 1.0}, {2: 1.0}) == 0.0
+    assert golden_set.sparse_cosine({}, {2: 1.0}) == 0.0
+    assert golden_set.min_sparse_cosine([{1: 1.0}, {1: 1.0}], [{1: 3.0}, {2: 1.0}]) == 0.0
+
+
+def test_score_drift_is_the_largest_difference_and_the_widest_gap_ranked_the_other_way():
+    recorded = (2.5, -1.0, 0.25)
+    assert golden_set.score_drift(recorded, recorded, PAIRS) == (0.0, 0.0)
+    delta, flipped = golden_set.score_drift((2.49, -0.9, 0.3), recorded, PAIRS)
+    assert delta == pytest.approx(0.1) and flipped == 0.0
+    # q1's two documents swap: the gap they were recorded apart is reported
+    delta, flipped = golden_set.score_drift((-1.0, 2.5, 0.25), recorded, PAIRS)
+    assert delta == pytest.approx(3.5) and flipped == pytest.approx(3.5)
+    # an order across two queries is no order: q2's pair may pass q1's
+    assert golden_set.score_drift((2.5, -1.0, 9.0), recorded, PAIRS)[1] == 0.0
+
+
+def _rerank_document(**changes):
+    document = _rerank().document()
+    document.update(changes)
+    return json.dumps(document)
+
+
+def _sparse_document(**changes):
+    document = _sparse().document()
+    document.update(changes)
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize("raw, message", [
+    (_document(task="classify"), "task must be one of embed, rerank, sparse, got 'classify'"),
+    (_rerank_document(dimensions=1), "dimensions is for task embed"),
+    (_rerank_document(input_type="query"), "input_type must be null for task rerank"),
+    (_rerank_document(texts=["a"]), "holds pairs and scores, not texts"),
+    (_rerank_document(pairs=[]), "pairs must be a non-empty list of [query, document]"),
+    (_rerank_document(pairs=[["q", "d"], ["q"]], scores=[1.0, 2.0]),
+     "pairs[1] must be [query, document]"),
+    (_rerank_document(pairs=[["q", " "]], scores=[1.0]),
+     "pairs[0][1] (the document) must be a non-empty string"),
+    (_rerank_document(pairs=[["q", "d"]] * 257, scores=None), "holds 257 pairs, at most 256"),
+    (_rerank_document(scores=[1.0]), "scores must be a list of one score per pair (3), got 1"),
+    (_rerank_document(scores=[1.0, None, 2.0]), "scores[1] must be a finite number"),
+    (_rerank_document(scores=[1.0, True, 2.0]), "scores[1] must be a finite number"),
+    (_document(pairs=[["q", "d"]]), "pairs belongs to a golden set of task rerank"),
+    (_document(sparse_vectors=[]), "sparse_vectors does not belong to a golden set of task "
+                                   "embed"),
+    (_sparse_document(vectors=[]), "vectors does not belong to a golden set of task sparse"),
+    (_sparse_document(dimensions=2), "dimensions is for task embed"),
+    (_sparse_document(sparse_vectors=[{"indices": [1], "values": [1.0]}]),
+     "sparse_vectors must be a list of one vector per text (2), got 1"),
+    (_sparse_document(sparse_vectors=[{"indices": [1], "values": [1.0]}, [1]]),
+     "sparse_vectors[1] must be an object of indices and values"),
+    (_sparse_document(sparse_vectors=[{"indices": [1, 2], "values": [1.0]}, {}]),
+     "sparse_vectors[0] must hold lists indices and values of one length"),
+    (_sparse_document(sparse_vectors=[{"indices": [2, 1], "values": [1.0, 1.0]},
+                                      {"indices": [], "values": []}]),
+     "sparse_vectors[0].indices must be token ids (integers >= 0), ascending"),
+    (_sparse_document(sparse_vectors=[{"indices": [1], "values": [0.0]},
+                                      {"indices": [], "values": []}]),
+     "sparse_vectors[0].values must be finite numbers above 0"),
+])
+def test_a_malformed_rerank_or_sparse_golden_set_is_refused_naming_what_is_wrong(raw, message):
+    with pytest.raises(GoldenSetError) as caught:
+        golden_set.parse(raw, "ConfigMap 'g' key 'golden-set.json'")
+    assert message in str(caught.value)

@@ -12,6 +12,7 @@ import pytest
 from hedgerow import settings
 from hedgerow.cli import main
 from hedgerow.commands import guard
+from hedgerow.golden_set import GoldenSet
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/operator.md", "docs/gateway.md", "docs/server.md")
@@ -47,6 +48,19 @@ def golden_file(tmp_path):
     (["record", "--name", "Golden_Set"], "--name 'Golden_Set' is not a ConfigMap name"),
     (["record", "--dtype", "int8"], "--dtype: 'int8' is not one of float32, bfloat16"),
     (["record", "--output", "{tmp}/absent/golden.json"], "the folder {tmp}/absent does not exist"),
+    (["record", "--pairs", "{tmp}/pairs.tsv"], "--pairs is for a cross-encoder (task rerank); "),
+    (["record", "--task", "rerank", "--texts", "{tmp}/blank.txt"],
+     "--texts is for an embedding or sparse model; "),
+    (["record", "--task", "rerank", "--input-type", "query"],
+     "--input-type is for an embedding or sparse model; "),
+    (["record", "--task", "rerank", "--pairs", "{tmp}/blank.txt"],
+     "--pairs {tmp}/blank.txt holds no pair (one `query<TAB>document` a line)"),
+    (["record", "--task", "rerank", "--pairs", "{tmp}/one_column.tsv"],
+     "--pairs {tmp}/one_column.tsv line 3: write one pair a line, the query and the document "
+     "separated by one tab"),
+    (["record", "--task", "rerank", "--pairs", "{tmp}/absent.tsv"],
+     "--pairs {tmp}/absent.tsv: cannot read it: No such file or directory"),
+    (["record", "--task", "classify"], "--task: 'classify' is not one of auto, embed, rerank"),
     (["check"], "the following arguments are required: URL"),
     (["check", "http://127.0.0.1:9"], "pass --golden FILE"),
     (["check", "ftp://gateway", "--golden", "{golden}"], "is not an http:// or https:// address"),
@@ -55,13 +69,24 @@ def golden_file(tmp_path):
     (["check", "http://127.0.0.1:9", "--golden", "{tmp}/blank.txt"], "is not JSON"),
     (["check", "http://127.0.0.1:9", "--golden", "{golden}", "--min-cosine", "2"],
      "--min-cosine: 2.0 is above the maximum 1.0"),
+    (["check", "http://127.0.0.1:9", "--golden", "{golden}", "--max-score-delta", "-1"],
+     "--max-score-delta: -1.0 is below the minimum 0.0"),
     (["check", "http://127.0.0.1:9", "--golden", "{golden}"],
      "cannot reach http://127.0.0.1:9/v1/embeddings"),
+    (["check", "http://127.0.0.1:9", "--golden", "{rerank_golden}"],
+     "cannot reach http://127.0.0.1:9/rerank"),
 ], ids=lambda value: value if isinstance(value, str) else None)
 def test_a_bad_call_exits_2_with_one_clear_line(capsys, tmp_path, golden_file, args, said):
     (tmp_path / "blank.txt").write_text("\n  \n")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
-    fill = {"tmp": str(tmp_path), "golden": str(golden_file)}
+    (tmp_path / "pairs.tsv").write_text("q\td\n")
+    (tmp_path / "one_column.tsv").write_text("q\td\n\nq and d\n")
+    rerank_golden = tmp_path / "rerank.json"
+    rerank_golden.write_text(GoldenSet(
+        model="ce", fingerprint="s1-0a0a0a0a-1b1b1b1b", dimensions=None, texts=(),
+        vectors=None, task="rerank", pairs=(("q", "d"),), scores=(1.0,)).to_json())
+    fill = {"tmp": str(tmp_path), "golden": str(golden_file),
+            "rerank_golden": str(rerank_golden)}
     code, out, err = _run(capsys, *[arg.format(**fill) for arg in args])
     assert code == 2 and out == ""
     assert said.format(**fill) in err, err

@@ -129,3 +129,49 @@ def test_one_rule_judges_a_space_against_its_golden_set():
     assert judge(SPACE, GoldenCheck(SPACE, 32), 0.999).matches is True  # fingerprint alone
     assert judge("s1-00000000-00000000", GoldenCheck(SPACE, 32), 0.999).matches is False
     assert judge(SPACE, GoldenCheck(SPACE, 32, problem="too long"), 0.0).matches is False
+
+
+def test_a_rerankers_and_a_sparse_models_checks_survive_the_wire():
+    from hedgerow.warmup_report import GoldenCheck
+
+    for golden in (GoldenCheck(SPACE, 32, task="rerank", max_score_delta=0.0123,
+                               max_flipped_gap=0.0),
+                   GoldenCheck(SPACE, 32, 0.99998, task="sparse"),
+                   GoldenCheck(SPACE, 32, task="rerank", problem="recorded for task embed")):
+        report = WarmupReport(loaded=True, space=SPACE, golden=golden)
+        assert _round_trip(report) == report
+    # a report from a server that predates the other tasks: an embedding model's check
+    old = parse_report(json.dumps({"loaded": True, "golden": {"fingerprint": SPACE,
+                                                              "texts": 3}}).encode())
+    assert old.golden.task == "embed"
+    with pytest.raises(WarmupReportError, match="golden.task is not a task: 'x'"):
+        parse_report(json.dumps({"loaded": True, "golden": {
+            "fingerprint": SPACE, "texts": 3, "task": "x"}}).encode())
+    with pytest.raises(WarmupReportError, match="golden.max_score_delta is not a number"):
+        parse_report(json.dumps({"loaded": True, "golden": {
+            "fingerprint": SPACE, "texts": 3, "max_score_delta": "small"}}).encode())
+
+
+def test_a_cross_encoders_scores_are_held_to_the_largest_difference_and_their_order():
+    from hedgerow.warmup_report import GoldenCheck, judge
+
+    def scores(delta, flipped):
+        return GoldenCheck(SPACE, 32, task="rerank", max_score_delta=delta,
+                           max_flipped_gap=flipped)
+
+    within = judge(SPACE, scores(0.01, 0.0), 0.999, 0.05)
+    assert within.matches and within.max_score_delta == 0.01
+    assert "0.010000 (within the maximum 0.05); every query's order kept" in within.message
+    past = judge(SPACE, scores(0.2, 0.0), 0.999, 0.05)
+    assert past.matches is False and "past the maximum 0.05" in past.message
+    # noise may swap two documents recorded closer than the maximum, not further apart
+    assert judge(SPACE, scores(0.03, 0.04), 0.999, 0.05).matches is True
+    swapped = judge(SPACE, scores(0.04, 0.07), 0.999, 0.05)
+    assert swapped.matches is False and "lie 0.070000 apart are ranked the other way" in \
+        swapped.message
+    sparse = judge(SPACE, GoldenCheck(SPACE, 32, 0.9995, task="sparse"), 0.999)
+    assert sparse.matches and "32 sparse vectors 0.999500" in sparse.message
+    mismatch = judge(SPACE, GoldenCheck(SPACE, 32, task="rerank", problem="recorded for "
+                                        "task rerank"), 0.999)
+    assert mismatch.matches is False and "cannot be checked here: recorded for task rerank" \
+        in mismatch.message

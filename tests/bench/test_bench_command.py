@@ -50,3 +50,16 @@ def test_an_unreachable_server_is_one_line(capsys):
 def test_no_benchmark_name_lists_them(capsys):
     assert main(["bench"]) == 2
     assert "name a benchmark: engine-cpu, " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rerank-cpu", "--task", "sparse"],
+     "rerank-cpu times the calls of a model of task embed or rerank; this model is of task "
+     "sparse: it serves lexical weights, no ranking"),
+    (["rerank-cpu", "--task", "rerank"], "--task rerank, but the model directory "),
+])
+def test_a_task_the_benchmark_does_not_time_is_refused_before_anything_starts(args, message,
+                                                                             capsys):
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"hedgerow bench: error: {message}" in err and "Traceback" not in err

@@ -52,3 +52,53 @@ def test_rerank_benchmark_ranks_the_same_through_the_gateway_and_straight(subpro
                           "--tokens", "16", "--top-n", "2")
     assert "Rerank on cpu, all-MiniLM-L6-v2: 1 query x 4 documents of 16 tokens" in table
     assert "| one Score call straight to a server (token ids) |" in table
+
+
+def test_rerank_benchmark_times_a_cross_encoders_rerank_calls(subprocess_env, tmp_path):
+    from tests.conftest import write_cross_encoder
+
+    model = write_cross_encoder(tmp_path / "ce")
+    table = run_benchmark(subprocess_env, "rerank-cpu", "--model", str(model), "--requests",
+                          "1", "--documents", "4", "--tokens", "16", "--top-n", "2")
+    assert "a cross-encoder (task rerank)" in table
+    assert "| one Rerank call straight to a server (pair token ids and types) |" in table
+    assert "| path | p50 ms | p99 ms | pairs/s at p50 |" in table
+
+
+def test_server_benchmark_refuses_a_cross_encoder_naming_the_one_that_times_it(subprocess_env,
+                                                                              tmp_path):
+    from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
+    from tests.conftest import write_cross_encoder
+
+    model = write_cross_encoder(tmp_path / "ce")
+    address = f"127.0.0.1:{free_port()}"
+    server = start(["server", "--model", str(model), "--host", "127.0.0.1", "--port",
+                    address.split(":")[1], "--http-port", str(free_port())])
+    try:
+        wait("server", server, lambda: grpc_serving(address))
+        done = subprocess.run(hedgerow_command("bench", "server-cpu", "--address", address,
+                                               "--requests", "1"),
+                              env=subprocess_env, capture_output=True, text=True, timeout=300)
+    finally:
+        stop(server)
+    assert done.returncode == 2, done.stderr
+    assert "server-cpu times the calls of a model of task embed or sparse; this model is of " \
+        "task rerank: time its Rerank calls with rerank-cpu" in done.stderr
+
+
+def test_server_benchmark_times_a_sparse_models_embed_sparse_calls(subprocess_env, tmp_path):
+    from hedgerow.bench.processes import free_port, grpc_serving, start, stop, wait
+    from tests.conftest import write_lexical_model
+
+    model = write_lexical_model(tmp_path / "lexical")
+    address = f"127.0.0.1:{free_port()}"
+    server = start(["server", "--model", str(model), "--task", "sparse", "--host", "127.0.0.1",
+                    "--port", address.split(":")[1], "--http-port", str(free_port())])
+    try:
+        wait("server", server, lambda: grpc_serving(address))
+        table = run_benchmark(subprocess_env, "server-cpu", "--address", address, "--requests",
+                              "5", "--seconds", "0.2")
+    finally:
+        stop(server)
+    assert f"server {address}, EmbedSparse calls, batch 1, 16 tokens per request" in table
+    assert any(line.split()[:2] == ["concurrent", "16"] for line in table.splitlines()), table

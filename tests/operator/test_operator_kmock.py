@@ -318,6 +318,79 @@ async def test_a_missing_or_malformed_golden_set_gets_a_clear_condition_and_no_c
     assert await cluster.get(cluster.child_path("apps/v1", "deployments", "lost-server")) is None
 
 
+def _rerank_config_map(name):
+    from hedgerow.golden_set import GoldenSet
+
+    golden = GoldenSet(model="reranker", fingerprint=GOLDEN_SPACE, dimensions=None, texts=(),
+                       vectors=None, task="rerank", pairs=(("q", "a"), ("q", "b")),
+                       scores=(1.5, -0.5))
+    manifest = golden.config_map(name, "ml")
+    manifest["metadata"]["resourceVersion"] = "1"
+    return manifest
+
+
+async def test_a_golden_set_of_another_task_than_spec_model_task_is_refused(cluster):
+    await cluster.post("/api/v1/namespaces/ml/configmaps", _rerank_config_map("golden"))
+    body = cluster.resource("lost")
+    body["spec"]["model"]["task"] = "embed"
+    body["spec"]["guard"] = {"configMap": "golden"}
+    await cluster.post(cluster.cr_path, body)
+
+    async def rejected():
+        cond = await _condition(cluster, "lost", "Ready")
+        return cond if cond and cond["reason"] == handlers.GOLDEN_SET_INVALID else None
+
+    cond = await cluster.eventually(rejected, "Ready=False GoldenSetInvalid")
+    assert "holds a golden set of task rerank (query-document pairs and their scores); " \
+        "spec.model.task is embed" in cond["message"]
+    assert await cluster.get(cluster.child_path("apps/v1", "deployments", "lost-server")) is None
+
+
+def _scored_report(delta, flipped=0.0):
+    from hedgerow.warmup_report import GoldenCheck
+
+    return warmup_body(loaded=True, serving=True, hot_set=4, hot_set_captured=4,
+                       space="s1-0a0a0a0a-2c2c2c2c",
+                       golden=GoldenCheck(fingerprint=GOLDEN_SPACE, texts=2, task="rerank",
+                                          max_score_delta=delta, max_flipped_gap=flipped))
+
+
+async def test_a_rerankers_replica_is_held_to_its_golden_pairs_scores(cluster):
+    """spec.model.task rerank reaches the servers, the golden set of pairs passes the
+    preflight, and each replica's gate follows its scores against spec.guard.maxScoreDelta."""
+    await cluster.post("/api/v1/namespaces/ml/configmaps", _rerank_config_map("emb-golden"))
+    body = cluster.resource("emb")
+    body["spec"]["model"]["task"] = "rerank"
+    body["spec"]["guard"] = {"configMap": "emb-golden", "maxScoreDelta": 0.1}
+    await cluster.post(cluster.cr_path, body)
+    children = await cluster.eventually(lambda: _all_children(cluster), "every child")
+    assert children[("configmaps", "emb-server")]["data"]["HEDGEROW_TASK"] == "rerank"
+    await cluster.patch(cluster.child_path("apps/v1", "deployments", "emb-server"),
+                        {"status": {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 1}})
+    cluster.warmup.report = _scored_report(0.002)
+    cluster.warmup.second = _scored_report(0.02, flipped=0.4)  # two documents swapped
+    started = "2026-01-01T00:00:00Z"
+    await cluster.post("/api/v1/namespaces/ml/pods", _pod("emb-server-old", started))
+    await cluster.post("/api/v1/namespaces/ml/pods",
+                       _pod("emb-server-new", started, ip=cluster.warmup.SECOND_IP))
+    await cluster.eventually(lambda: _gate(cluster, "emb-server-old", "True"),
+                             "the matching replica's gate open")
+    closed = await cluster.eventually(lambda: _gate(cluster, "emb-server-new", "False"),
+                                      "the swapped replica's gate closed")
+    assert closed["reason"] == warmup.SPACE_MISMATCH
+    assert "recorded scores lie 0.400000 apart are ranked the other way" in closed["message"]
+
+    async def mismatch():
+        cond = await _condition(cluster, "emb", "SpaceMatches")
+        return cond if cond and cond["status"] == "False" else None
+
+    cond = await cluster.eventually(mismatch, "SpaceMatches=False")
+    assert "pod emb-server-new (kept out of traffic)" in cond["message"]
+    cluster.warmup.second = _scored_report(0.09)  # within spec.guard.maxScoreDelta 0.1
+    await cluster.eventually(lambda: _gate(cluster, "emb-server-new", "True"),
+                             "the gate of a replica within maxScoreDelta open")
+
+
 async def test_concurrent_observers_never_undo_a_newer_gate(kube_api):
     """Reconcile and the warmup timer observe concurrently. The first observer's /warmup read
     is held back (and then fails) while a second observer reads the pod, finds it warm and

@@ -173,3 +173,33 @@ def test_space_condition_names_the_pods_that_do_not_match_and_the_cosine():
     assert "1/2 server pods match" in ok["message"] and "0.999940" in ok["message"]
     none = status.space_condition([status.PodSpace("c", False, None)], "golden", 0.999, 3)
     assert (none["status"], none["reason"]) == ("Unknown", status.NOT_CHECKED)
+
+
+def test_a_cross_encoders_gate_and_condition_follow_its_scores():
+    from hedgerow.warmup_report import GoldenCheck
+
+    def scored(delta, flipped=0.0, problem=None):
+        golden = GoldenCheck(fingerprint=SPACE, texts=32, task="rerank", max_score_delta=delta,
+                             max_flipped_gap=flipped, problem=problem)
+        return WarmupReport(loaded=True, hot_set=2, hot_set_captured=2, space=SPACE,
+                            golden=golden)
+
+    match = warmup.decide(_pod(), scored(0.004), None, 0.999, 0.05)
+    assert match.status == "True" and match.space.max_score_delta == 0.004
+    drifted = warmup.decide(_pod(), scored(0.3), None, 0.999, 0.05)
+    assert drifted.reason == warmup.SPACE_MISMATCH and "past the maximum 0.05" in \
+        drifted.message
+    # the same drift passes a wider spec.guard.maxScoreDelta
+    assert warmup.decide(_pod(), scored(0.3), None, 0.999, 0.5).status == "True"
+    other_task = warmup.decide(_pod(), scored(None, None, problem="it was recorded for task "
+                                              "embed (texts and their vectors); model ce "
+                                              "serves task rerank"), None, 0.999, 0.05)
+    assert other_task.reason == warmup.SPACE_MISMATCH and "serves task rerank" in \
+        other_task.message
+    ok = status.space_condition([status.PodSpace("a", True, match.space)], "golden", 0.999, 3,
+                                0.05)
+    assert ok["status"] == "True" and "largest score difference 0.004000 (maximum 0.05)" in \
+        ok["message"]
+    bad = status.space_condition([status.PodSpace("b", False, other_task.space)], "golden",
+                                 0.999, 3, 0.05)
+    assert bad["status"] == "False" and "cannot be checked here" in bad["message"]
