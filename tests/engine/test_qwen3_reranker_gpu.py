@@ -3,7 +3,8 @@ model) against `transformers` on the CPU. Needs CUDA.
 
 The checkpoint and reference are tests/qwen3_reranker.py's (the model card's prompt, P("yes")
 from the full LM head). In float32 the probabilities agree within 1e-3 per pair, in every
-graph state (eager first hit, capture, replay), in the same order; bfloat16 within 0.05 (random weights: 0.026 measured on one H200).
+graph state (eager first hit, capture, replay), in the same order; bfloat16 within 0.05
+(random weights: 0.026 measured on one H200).
 """
 
 import numpy as np
