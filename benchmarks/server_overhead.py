@@ -250,7 +250,9 @@ def start(case: str, device_ms: float, profile: bool, http_port: int, host_cpu: 
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", case, "--port", str(port),
-         "--http-port", str(http_port), "--device-ms", str(device_ms), "--host-cpu", host_cpu]
+         "--http-port", str(http_port), "--host-cpu", host_cpu]
+        # Only the device case waits; the others take the flag's default (0 is not a valid one).
+        + (["--device-ms", str(device_ms)] if case == "device" else [])
         + (["--profile", case] if profile else []),
         env={k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")})
     address = f"127.0.0.1:{port}"

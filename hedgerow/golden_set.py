@@ -33,7 +33,7 @@ import math
 import struct
 from typing import Any, Mapping, Sequence
 
-from hedgerow import space
+from hedgerow import model_files, space
 
 FORMAT = "hedgerow.dev/golden-set/v1"
 CONFIG_MAP_KEY = "golden-set.json"
@@ -47,7 +47,7 @@ DEFAULT_MIN_COSINE = 0.999
 # (docs/operator.md), and another model or a broken head differs by whole units. The same
 # number says how close two recorded scores of one query may be for noise to swap them.
 DEFAULT_MAX_SCORE_DELTA = 0.1
-TASKS = ("embed", "rerank", "sparse")
+TASKS = model_files.TASKS
 # What a golden set of each task holds, for the message when it meets a model of another.
 HOLDS = {"embed": "texts and their vectors", "rerank": "query-document pairs and their scores",
          "sparse": "texts and their sparse vectors"}

@@ -15,6 +15,7 @@ from hedgerow import tls, tracing
 from hedgerow.errors import ConfigError
 from hedgerow.graph_grid import GraphGrid
 from hedgerow.logs import LOG_LEVELS, format_setting
+from hedgerow.model_files import TASKS
 from hedgerow.settings import setting
 
 
@@ -38,7 +39,7 @@ class ServerSettings:
         "its weights). auto: what the checkpoint is (config.json architectures: "
         "*ForSequenceClassification is rerank, (Distil)BertForMaskedLM sparse, else embed). A "
         "checkpoint of another task than the one named here is refused at start.",
-        choices=("auto", "embed", "rerank", "sparse"),
+        choices=("auto", *TASKS),
     )
     host: str = setting(
         "0.0.0.0",
