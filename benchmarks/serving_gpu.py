@@ -1,4 +1,4 @@
-"""The seed's four charts on a CUDA machine, through the real server and gateway processes.
+"""The seed's four charts and a rerank chart on a CUDA machine, through the real processes.
 
     python -P benchmarks/serving_gpu.py [--out DIR] [--models DIR] [--only bge-m3]
                                         [--requests N] [--seconds S]
@@ -449,7 +449,8 @@ def table(results: list) -> str:
                          f"| | | | <= {RERANK_GATE} | {'yes' if error <= RERANK_GATE else 'NO'} |")
             continue
         if row["chart"] == "chart5":
-            lines.append(f"| {row['model']} | chart5 | {row['documents']} pairs x {row['x']} | {row['p50']:.2f} "
+            lines.append(f"| {row['model']} | chart5 | {row['documents']} pairs x {row['x']} | "
+                         f"{row['p50']:.2f} "
                          f"({row['emb_s']:.0f} pairs/s) | {row['p99']:.2f} | "
                          f"{row['base_p50']:.2f} ({row['base_emb_s']:.0f} pairs/s) | | | | |")
             continue

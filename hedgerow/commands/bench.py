@@ -32,7 +32,8 @@ BENCHMARKS = {
     "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency and pairs/s, cosine or a "
                                  "cross-encoder (CPU, or --device cuda)"),
     "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),
-    "serving-gpu": ("serving_gpu", "the seed's four charts through server and gateway (CUDA)"),
+    "serving-gpu": ("serving_gpu", "the seed's four charts and a rerank chart through server "
+                                   "and gateway (CUDA)"),
     "topk": ("topk", "Triton top-k against torch.topk (CUDA)"),
     "models": ("models", "write random-weight BGE-M3 / Qwen3-0.6B model directories"),
     "autoscale": ("autoscale", "the HPA's algorithm over four traffic traces, both signals"),
