@@ -138,13 +138,7 @@ def read_texts(path: Path | None) -> list[str]:
 
     if path is None:
         return space.probe_texts()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise ConfigError(f"--texts {path}: cannot read it: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--texts {path} is not UTF-8 text") from None
-    texts = [line for line in lines if line.strip()]
+    texts = [line for line in _read_text(f"--texts {path}", path).splitlines() if line.strip()]
     if not texts:
         raise ConfigError(f"--texts {path} holds no text (one text per line)")
     if len(texts) > golden_set.MAX_TEXTS:
@@ -153,18 +147,23 @@ def read_texts(path: Path | None) -> list[str]:
     return texts
 
 
+def _read_text(where: str, path: Path) -> str:
+    """The UTF-8 text of a golden-set input file; ConfigError naming `where` if unreadable."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read it: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where} is not UTF-8 text") from None
+
+
 def read_pairs(path: Path | None) -> list[tuple[str, str]]:
     """The golden pairs: the file's non-blank `query<TAB>document` lines, or the shipped set."""
     where = f"--pairs {path}"
     if path is None:
         text = resources.files("hedgerow").joinpath(PROBE_PAIRS_FILE).read_text(encoding="utf-8")
     else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"{where}: cannot read it: {error.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{where} is not UTF-8 text") from None
+        text = _read_text(where, path)
     pairs = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
