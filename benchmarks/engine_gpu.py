@@ -1,8 +1,8 @@
 """The GPU engine alone against `transformers` eager, random weights of real shapes, bf16.
 
     python -P benchmarks/engine_gpu.py [--out DIR] [--models DIR] [--attention-sweep]
-                                       [--compile] [--variant NAME ...] [--analysis]
-                                       [--only bge-m3] [--quick]
+                                       [--compile [--compiled-only]] [--variant NAME ...]
+                                       [--analysis] [--only bge-m3] [--quick]
 
 Runs on any CUDA machine; the issue's targets are for one H200. In order:
 
@@ -33,7 +33,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      `auto+gelu+quack` with QuACK's fused MLP products too (the defaults),
      `max-autotune` Inductor's GEMM templates): gate, compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
-     graph replay launches (count, per layer, top kernels) at 128 and 8192 tokens.
+     graph replay launches (count, per layer, each kernel's time) at 1 x 128 and 16 x 512.
+     `--compiled-only` skips the uncompiled engine and `transformers` (step 2 but its gate).
 Writes OUT/engine_gpu.json and prints a table last. Numbers depend on the GPU and its clocks.
 """
 
@@ -353,17 +354,17 @@ def seq_bucket_cost(directory, vocab):
     return rows
 
 
-def kernel_profile(directory, tokens, vocab, settings: GpuSettings):
+def kernel_profile(directory, seqs, length, vocab, settings: GpuSettings):
     """Kernels one forward launches as the engine serves it (`settings`: compiled or not,
-    under a CUDA graph), for one sequence of `tokens` tokens: the count, the count per layer
-    and the top kernels. Profiles the third step, a replay of the captured graph (the
-    profiler sees each kernel of a replayed graph)."""
+    under a CUDA graph), for `seqs` sequences of `length` tokens: the count, the count per
+    layer and every kernel's time. Profiles the fourth step, a replay of the captured graph
+    (the profiler sees each kernel of a replayed graph)."""
     from torch.profiler import ProfilerActivity, profile
 
     loaded = load_model(directory, device="cuda", dtype="bfloat16")
     layers = len(loaded.model.layers)
     stepper = stepper_for(loaded, replace(settings, graph_hot_set=()))
-    batch = RaggedBatch.from_sequences(random_sequences([tokens], vocab, 9))
+    batch = RaggedBatch.from_sequences(random_sequences([length] * seqs, vocab, 9))
     for _ in range(3):  # eager, capture + replay, replay
         stepper.step(batch).synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -377,12 +378,34 @@ def kernel_profile(directory, tokens, vocab, settings: GpuSettings):
             spent = event.cuda_time
         by_name.setdefault(event.name[:70], []).append(spent)
     total = sum(sum(v) for v in by_name.values())
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:10]
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
     del stepper, loaded
     torch.cuda.empty_cache()
-    return {"tokens": tokens, "kernels": len(kernels), "layers": layers,
+    return {"seqs": seqs, "length": length, "tokens": seqs * length, "kernels": len(kernels),
+            "layers": layers,
             "per_layer": round(len(kernels) / layers, 2), "device_us": round(total, 1),
             "top": [{"name": n, "count": len(v), "us": round(sum(v), 1)} for n, v in top]}
+
+
+def gate_reference(directory, vocab, pooling):
+    """The gate's sequences and `transformers`' float32 embeddings of them, [B, H]."""
+    import transformers
+
+    reference = transformers.AutoModel.from_pretrained(
+        str(directory), dtype=torch.float32, attn_implementation="sdpa").cuda().eval()
+    gate_seqs = random_sequences([128, 37, 512, 5, 300], vocab, 1)
+    ref = reference_pooled(reference, gate_seqs, pooling)
+    del reference
+    torch.cuda.empty_cache()
+    return ref, gate_seqs
+
+
+def model_facts(directory):
+    """(vocab size, pooling) of a model directory written by benchmarks/models.py."""
+    from hedgerow.model_files import read_sentence_transformers
+
+    vocab = json.loads((directory / "config.json").read_text())["vocab_size"]
+    return vocab, read_sentence_transformers(directory).pooling or "cls"
 
 
 def bench_model(name, directory, args, results):
@@ -395,10 +418,7 @@ def bench_model(name, directory, args, results):
     vocab, pooling = engine.info.vocab_size, engine.info.pooling
 
     # correctness gate first
-    reference = transformers.AutoModel.from_pretrained(
-        str(directory), dtype=torch.float32, attn_implementation="sdpa").cuda().eval()
-    gate_seqs = random_sequences([128, 37, 512, 5, 300], vocab, 1)
-    ref = reference_pooled(reference, gate_seqs, pooling)
+    ref, gate_seqs = gate_reference(directory, vocab, pooling)
     cosines = []
     for _ in range(3):  # the graph cache's three states: eager, capture + replay, replay
         ours = engine.step(RaggedBatch.from_sequences(gate_seqs)).synchronize()
@@ -408,8 +428,6 @@ def bench_model(name, directory, args, results):
     row["gate_passed"] = bool(cosine.min().item() >= 0.999)
     log(f"{name}: correctness gate min cosine {row['gate_min_cosine']} "
         f"({'pass' if row['gate_passed'] else 'FAIL'})")
-    del reference
-    torch.cuda.empty_cache()
 
     start = time.perf_counter()
     engine.warmup()
@@ -537,11 +555,14 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
     del engine
     torch.cuda.empty_cache()
     if analysis:
-        out["profile"] = [kernel_profile(directory, t, vocab, settings) for t in (128, 8192)]
+        # batch 1 at 128 tokens, and the scoring and bulk step (16 x 512, 8,192 tokens)
+        out["profile"] = [kernel_profile(directory, b, n, vocab, settings)
+                          for b, n in ((1, 128), (16, 512))]
         for prof in out["profile"]:
-            log(f"{label}: graph replay at {prof['tokens']} tokens: {prof['kernels']} kernels "
-                f"({prof['per_layer']} per layer), {prof['device_us']} us device")
-            for k in prof["top"]:
+            log(f"{label}: graph replay at {prof['seqs']} x {prof['length']}: "
+                f"{prof['kernels']} kernels ({prof['per_layer']} per layer), "
+                f"{prof['device_us']} us device")
+            for k in prof["top"][:12]:
                 log(f"    {k['us']:9.1f} us {k['count']:4d}x {k['name']}")
 
 
@@ -550,23 +571,9 @@ def print_table(results):
     log(f"{'model':11s} {'metric':26s} {'hedgerow':>18s} {'transformers':>18s} "
         f"{'target':>8s} met")
     for name, row in results.items():
-        if "p50_128" not in row:
-            continue
         targets = TARGETS[name]
-        log(f"{name:11s} {'gate min cosine':26s} {row['gate_min_cosine']:>18} {'fp32 ref':>18s} "
-            f"{'0.999':>8s} {'yes' if row['gate_passed'] else 'NO'}")
-        for length in (128, 512, 4096):
-            ours = f"{row[f'p50_{length}']:.3f} / {row[f'p99_{length}']:.3f}"
-            theirs = f"{row[f'hf_p50_{length}']:.3f} / {row[f'hf_p99_{length}']:.3f}"
-            target = targets[f"p50_{length}"]
-            met = "yes" if row[f"p50_{length}"] <= target else "no"
-            log(f"{name:11s} {f'graphs 1x{length} p50/p99 ms':26s} {ours:>18s} {theirs:>18s} "
-                f"{target:>8} {met}")
-        met = "yes" if row["bulk"] >= targets["bulk"] else "no"
-        log(f"{name:11s} {'graphs 100x512 emb/s 8192':26s} {row['bulk']:>18} "
-            f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
-        log(f"{name:11s} {'100x512 emb/s (2048 steps)':26s} {row['bulk_2048']:>18}")
-        log(f"{name:11s} {'100x512 emb/s (one batch)':26s} {row['bulk_one_batch']:>18}")
+        if "p50_128" in row:  # not with --compiled-only
+            print_uncompiled(name, row, targets)
         for variant, compiled in row.get("variants", {}).items():
             if "p50_128" not in compiled:
                 log(f"{name:11s} {variant + ' failed':26s} {compiled.get('error', '')[:60]}")
@@ -582,17 +589,37 @@ def print_table(results):
             log(f"{name:11s} {variant + ' 16x512 p50/p99':26s} {pair:>18s}")
             met = "yes" if compiled["bulk"] >= targets["bulk"] else "no"
             log(f"{name:11s} {variant + ' 100x512 emb/s':26s} {compiled['bulk']:>18} "
-                f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
+                f"{row.get('hf_bulk', '-'):>18} {targets['bulk']:>8} {met}")
             log(f"{name:11s} {variant + ' gate min cosine':26s} "
                 f"{compiled['gate_min_cosine']:>18}")
             log(f"{name:11s} {variant + ' compile+warmup s':26s} "
                 f"{compiled['compile_and_warmup_s']:>18}")
             for prof in compiled.get("profile", []):
-                log(f"{name:11s} {variant + ' kernels/layer ' + str(prof['tokens']):26s} "
+                shape = f"{prof['seqs']}x{prof['length']}"
+                log(f"{name:11s} {variant + ' kernels/layer ' + shape:26s} "
                     f"{prof['per_layer']:>18}")
-        o = row["overlap_1x512"]
-        log(f"{name:11s} {'idle between 50 1x512 ms':26s} {o['idle_ms']:>18} "
-            f"{'of ' + str(o['busy_ms']) + ' busy':>18s}")
+
+
+def print_uncompiled(name, row, targets):
+    """The table's rows for the uncompiled engine and `transformers` (not with
+    --compiled-only)."""
+    log(f"{name:11s} {'gate min cosine':26s} {row['gate_min_cosine']:>18} {'fp32 ref':>18s} "
+        f"{'0.999':>8s} {'yes' if row['gate_passed'] else 'NO'}")
+    for length in (128, 512, 4096):
+        ours = f"{row[f'p50_{length}']:.3f} / {row[f'p99_{length}']:.3f}"
+        theirs = f"{row[f'hf_p50_{length}']:.3f} / {row[f'hf_p99_{length}']:.3f}"
+        target = targets[f"p50_{length}"]
+        met = "yes" if row[f"p50_{length}"] <= target else "no"
+        log(f"{name:11s} {f'graphs 1x{length} p50/p99 ms':26s} {ours:>18s} {theirs:>18s} "
+            f"{target:>8} {met}")
+    met = "yes" if row["bulk"] >= targets["bulk"] else "no"
+    log(f"{name:11s} {'graphs 100x512 emb/s 8192':26s} {row['bulk']:>18} "
+        f"{row['hf_bulk']:>18} {targets['bulk']:>8} {met}")
+    log(f"{name:11s} {'100x512 emb/s (2048 steps)':26s} {row['bulk_2048']:>18}")
+    log(f"{name:11s} {'100x512 emb/s (one batch)':26s} {row['bulk_one_batch']:>18}")
+    o = row["overlap_1x512"]
+    log(f"{name:11s} {'idle between 50 1x512 ms':26s} {o['idle_ms']:>18} "
+        f"{'of ' + str(o['busy_ms']) + ' busy':>18s}")
 
 
 def main(argv=None) -> int:
@@ -608,6 +635,9 @@ def main(argv=None) -> int:
                         help="also: sequence-bucket cost and kernel profiles")
     parser.add_argument("--compile", action="store_true",
                         help="also: the engine with torch.compile under the graphs")
+    parser.add_argument("--compiled-only", action="store_true",
+                        help="with --compile: skip the uncompiled engine and transformers' "
+                        "timings (the gate's float32 reference still runs)")
     parser.add_argument("--variant", action="append", choices=tuple(VARIANTS),
                         help="with --compile: the served-engine variants to measure, in turn "
                         "(repeatable; default: auto)")
@@ -638,7 +668,11 @@ def main(argv=None) -> int:
             start = time.perf_counter()
             shapes.write_model(name, directory)
             log(f"wrote {directory} in {time.perf_counter() - start:.1f} s")
-        gates[name] = bench_model(name, directory, args, results)
+        if args.compile and args.compiled_only:
+            results[name] = {"model": name}
+            gates[name] = gate_reference(directory, *model_facts(directory))
+        else:
+            gates[name] = bench_model(name, directory, args, results)
         (args.out / "engine_gpu.json").write_text(json.dumps(results, indent=1))
     if args.compile:
         for name, (ref, gate_seqs) in gates.items():
