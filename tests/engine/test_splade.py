@@ -107,6 +107,24 @@ def test_a_masked_lm_serves_task_sparse_only(splade_dir):
         Engine.load(splade_dir, task="embed")
 
 
+def test_a_distilbert_config_without_architectures_is_an_embedding_model(tmp_path):
+    """No `architectures` names no head: the encoder alone, mean-pooled as transformers'
+    DistilBertModel computes it (the checkpoint's MLM head is left unread)."""
+    directory = write_splade_model(tmp_path, seed=5, distil=True)
+    config = json.loads((directory / "config.json").read_text())
+    del config["architectures"]
+    (directory / "config.json").write_text(json.dumps(config))
+    engine = Engine.load(directory)
+    assert (engine.info.task, engine.info.architecture) == ("embed", "distilbert")
+    sequences = token_ids(directory, TEXTS)
+    ours = engine.step(RaggedBatch.from_sequences(sequences)).synchronize().numpy()
+    model = transformers.AutoModel.from_pretrained(directory).eval()
+    with torch.inference_mode():
+        expected = np.stack([model(input_ids=torch.tensor([s])).last_hidden_state[0].mean(0)
+                             .numpy() for s in sequences])
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_other_masked_lm_heads_stay_refused(tmp_path):
     for name in ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "ModernBertForMaskedLM"):
         with pytest.raises(ModelLoadError, match=f"architecture '{name}' is not served"):
