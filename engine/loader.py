@@ -240,6 +240,7 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         checkpoint.close()
     _check_fit(model, weights, directory)
     model.load_state_dict(weights, strict=True, assign=True)
+    model.to(device)  # what the checkpoint does not hold (Qwen3's RoPE table) is on the CPU
     if splade:
         model = _with_mlm_head(model, mlm_weights, tied, directory)
     elif task == "sparse":

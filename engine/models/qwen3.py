@@ -57,6 +57,16 @@ class SwiGLU(nn.Module):
         return F.silu(gate) * up
 
 
+def rotary_table(head_dim: int, theta: float,
+                 positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's cos and sin of position p at frequency i, float32 [positions, head_dim / 2] each,
+    on the CPU: the angle p * theta^(-2i / head_dim), as `transformers` computes it."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
+    inv_freq = 1.0 / (theta ** exponents)
+    angles = torch.arange(positions, dtype=torch.float32, device="cpu")[:, None] * inv_freq
+    return angles.cos(), angles.sin()
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -105,19 +115,23 @@ class Qwen3Model(nn.Module):
             torch.randn(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(Qwen3Layer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        # Not from the checkpoint, so computed on the CPU even when the model is built on the
+        # meta device; it moves with the model (the loader's `to(device)`).
+        cos, sin = rotary_table(config.head_dim, config.rope_theta,
+                                config.max_position_embeddings)
+        self.register_buffer("rotary_cos", cos, persistent=False)
+        self.register_buffer("rotary_sin", sin, persistent=False)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
-        d = self.config.head_dim
-        # Computed here (a few small ops, no host sync) rather than held as a buffer, so the
-        # model can be built on the meta device and filled by the loader.
-        exponents = torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d
-        inv_freq = 1.0 / (self.config.rope_theta ** exponents)
-        freqs = position_ids.to(torch.float32)[:, None] * inv_freq[None, :]
-        angles = torch.cat((freqs, freqs), dim=-1)                      # [T, D]
-        cos = angles.cos().to(x.dtype)[:, None, :]                       # [T, 1, D]
-        sin = angles.sin().to(x.dtype)[:, None, :]
+        # Read from the table: computing cos and sin per token here let the compiled forward
+        # recompute them inside every layer's query/key kernel (4.1 of 17.1 ms of a 16 x 512
+        # step of Qwen3-0.6B, measured on an H100; large angles make cos and sin slow).
+        cos = self.rotary_cos[position_ids]
+        sin = self.rotary_sin[position_ids]
+        cos = torch.cat((cos, cos), dim=-1).to(x.dtype)[:, None, :]     # [T, 1, D]
+        sin = torch.cat((sin, sin), dim=-1).to(x.dtype)[:, None, :]
         for layer in self.layers:
             x = layer(x, cos, sin, cu_seqlens, max_seqlen, attention)
         return self.norm(x)
