@@ -1,6 +1,6 @@
 """The MLP's products with their epilogues, as the engine runs them against QuACK's fused GEMMs.
 
-    python -P benchmarks/gemm_gpu.py [--out DIR] [--tokens 128,512,...]
+    python -P benchmarks/gemm_gpu.py [--out DIR] [--tokens 128,512,...] [--tuned | --fp8]
 
 Runs on a CUDA machine with `quack-kernels`; the numbers in docs/benchmarks.md are one H200.
 Per token count M, bf16, random weights of the real shapes, µs per call as the median of
@@ -15,6 +15,10 @@ CUDA-graph replays (each side warmed, and so compiled, before capture):
   (`torch._addmm_activation(use_gelu=True)`, tanh GELU) against QuACK's
   `gemm_act(activation="gelu_tanh_approx")`.
 - The plain products of both shapes (QKV, output, down) through cuBLAS and QuACK's `gemm`.
+
+With `--fp8`, instead: every product of a layer of both shapes in bf16 against FP8 e4m3 with
+row-wise scales (`torch._scaled_mm`, bf16 out, the activation already quantized), the time of
+quantizing that activation as a kernel of its own (compiled), and FP8's relative error.
 
 Each QuACK result is checked against the plain-torch formula first (max |difference| printed).
 Also printed: the first call's time (QuACK compiles a kernel per configuration). Writes
@@ -103,15 +107,69 @@ def cells(tokens: list[int], tuned: bool):
     return rows
 
 
+# Each layer's products (name, K, N) of both shapes, for the FP8 comparison.
+PRODUCTS = (("bge-m3 qkv", 1024, 3072), ("bge-m3 out", 1024, 1024), ("bge-m3 up", 1024, 4096),
+            ("bge-m3 down", 4096, 1024), ("qwen3 qkv", 1024, 4096), ("qwen3 o", 2048, 1024),
+            ("qwen3 gate_up", 1024, 6144), ("qwen3 down", 3072, 1024))
+FP8 = torch.float8_e4m3fn
+
+
+def quantize_rows(x):
+    """Row-wise e4m3: (values [M, K], scales float32 [M, 1]) with x ~ values * scales."""
+    scale = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / torch.finfo(FP8).max
+    return (x / scale).to(FP8), scale
+
+
+def fp8_cells(tokens: list[int]):
+    """bf16 `F.linear` against `torch._scaled_mm` (e4m3, row-wise scales, bf16 out) with the
+    activation already quantized, and what quantizing it costs as a kernel of its own."""
+    quantize = torch.compile(quantize_rows, dynamic=False)
+    rows = []
+    for m in tokens:
+        for name, k, n in PRODUCTS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.03
+            xq, xs = quantize(x)
+            wq, ws = quantize_rows(w)
+            ws = ws.t().contiguous()
+
+            def fp8(xq=xq, xs=xs, wq=wq, ws=ws):
+                return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws,
+                                        out_dtype=torch.bfloat16)
+            ref = F.linear(x.float(), w.float())
+            rows.append(dict(M=m, op=name, bf16=graph_time_us(lambda x=x, w=w: F.linear(x, w)),
+                             fp8=graph_time_us(fp8), quantize=graph_time_us(lambda x=x: quantize(x)),
+                             fp8_diff=((fp8().float() - ref).norm() / ref.norm()).item()))
+        print(f"M={m} done", flush=True)
+    return rows
+
+
+def print_fp8(rows) -> None:
+    print(f"\n{'op':16} {'M':>6} {'bf16 µs':>8} {'fp8 µs':>7} {'speed-up':>8} "
+          f"{'quantize µs':>11} {'rel. error':>10}")
+    for r in rows:
+        print(f"{r['op']:16} {r['M']:>6} {r['bf16']:>8.1f} {r['fp8']:>7.1f} "
+              f"{r['bf16'] / r['fp8']:>7.2f}x {r['quantize']:>11.1f} {r['fp8_diff']:>10.4f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmark-out"))
     parser.add_argument("--tokens", default="128,512,1024,2048,4096,8192")
     parser.add_argument("--tuned", action="store_true",
                         help="let QuACK autotune each shape (slow first calls)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="instead: every layer product in bf16 against FP8 (e4m3, row-wise "
+                        "scales), and the cost of quantizing its activation")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = cells([int(t) for t in args.tokens.split(",")], args.tuned)
+    tokens = [int(t) for t in args.tokens.split(",")]
+    if args.fp8:
+        rows = fp8_cells(tokens)
+        (args.out / "gemm_fp8.json").write_text(json.dumps(rows, indent=1))
+        print_fp8(rows)
+        return 0
+    rows = cells(tokens, args.tuned)
     (args.out / "gemm_gpu.json").write_text(json.dumps(rows, indent=1))
     print(f"\n{'op':24} {'M':>6} {'engine µs':>10} {'QuACK µs':>9} {'speed-up':>8} "
           f"{'first s':>8} {'|d| quack':>9} {'|d| eng':>8}")
