@@ -46,6 +46,7 @@ TASK_KEY = "hedgerow.task"
 GONE_KEY = "hedgerow.client_gone"
 
 Observe = Callable[[str, int, float], None]  # (route, status, seconds)
+_HEAD, _BODY = 1, 2  # which timeout a request still arriving is under
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +104,9 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._timer: asyncio.TimerHandle | None = None
+        # The timeout a request still arriving needs (_HEAD or _BODY), armed once the bytes
+        # at hand are parsed: a request that arrives whole (nearly all) arms none.
+        self._due = 0
         self._refused = False
         self._receiving = False  # between a request's first byte and its end
         self._head_bytes = 0
@@ -150,6 +154,9 @@ class GuardedProtocol(HttpToolsProtocol):
         except httptools.HttpParserError:
             self._refuse(400, "the HTTP request is malformed (its framing or headers, e.g. a "
                               "Content-Length that is not a number, cannot be parsed)")
+        else:
+            if self._due:
+                self._arm_due()
 
     def shutdown(self) -> None:
         """At a stop: an upload in progress is closed at once, not waited for."""
@@ -164,7 +171,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._receiving = True
         self._head_bytes = self._body_bytes = 0
-        self._arm(self.limits.head_timeout, self._head_timed_out)
+        self._due = _HEAD
 
     def on_url(self, url: bytes) -> None:
         self._count_head(len(url))
@@ -180,7 +187,7 @@ class GuardedProtocol(HttpToolsProtocol):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 raise _Refused(413, f"the request body is {int(value)} bytes; at most {limit} "
                                     "are accepted (--max-body-bytes)")
-        self._arm(self.limits.body_timeout, self._body_timed_out)
+        self._due = _BODY
         super().on_headers_complete()
         if self.scope["method"] != "HEAD":  # a HEAD answer's head has no body part to join
             self.cycle.transport = _OneWrite(self.transport)
@@ -194,6 +201,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._receiving = False
+        self._due = 0
         self._disarm()
         super().on_message_complete()
 
@@ -203,6 +211,13 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_bytes += size
         if self._head_bytes > MAX_HEAD_BYTES:
             raise _Refused(431, f"the request's URL and headers are over {MAX_HEAD_BYTES} bytes")
+
+    def _arm_due(self) -> None:
+        if self._due == _HEAD:
+            self._arm(self.limits.head_timeout, self._head_timed_out)
+        else:
+            self._arm(self.limits.body_timeout, self._body_timed_out)
+        self._due = 0
 
     def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
         self._disarm()
