@@ -244,7 +244,6 @@ class Routes:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             scope = request.scope
-            scope[TASK_KEY] = asyncio.current_task()
             context = RequestContext(request_id(request.headers.get(REQUEST_ID_HEADER)), started,
                                      tracing)
             CURRENT.set(context)  # the request's own task: no other request sees it
