@@ -45,7 +45,7 @@ def _forked() -> None:
 
 if multiprocess():
     # Every sample a worker writes first checks its process id for a fork, by os.getpid(): a
-    # system call, about fifteen per request. The id is kept here and renewed in a forked
+    # system call, ten per request. The id is kept here and renewed in a forked
     # child. prometheus-client takes this function as documented (MultiProcessValue); it is
     # set before any metric exists, as the one it replaces has made none (nothing in a worker
     # creates metrics before this module is imported).
