@@ -211,7 +211,7 @@ class EmbeddingService:
                     input_type: str | None, deadline: float, truncate: bool | None = None,
                     normalize: bool | None = None, template: str | None = None,
                     param: str = "input") -> Embedded:
-        """Embed a request's inputs; `deadline` is on the event loop's clock. `truncate`
+        """Embed a request's inputs; `deadline` is a time.monotonic() value. `truncate`
         overrides --truncate, `normalize` the model's own choice, `template` the input
         type's; `param` names the input field in messages."""
         self.check_model(model)
