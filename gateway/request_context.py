@@ -35,30 +35,11 @@ def request_id(raw: str | None) -> str:
 # A version-4 UUID's bits, as uuid.uuid4() sets them on 16 random bytes.
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
-# Random bytes for the next ids, read from os.urandom 256 ids at a time: a system call per
-# request cost several µs in a busy gateway. Taken on the event loop's thread only; a forked
-# child starts with none of its parent's.
-_random = b""
-_taken = 0
-
-
-def _forked() -> None:
-    global _random, _taken
-    _random, _taken = b"", 0
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 def _new_id() -> str:
-    """`uuid.uuid4().hex`, without building the UUID object and without a system call for
-    most ids."""
-    global _random, _taken
-    if _taken == len(_random):
-        _random, _taken = os.urandom(16 * 256), 0
-    start, _taken = _taken, _taken + 16
-    value = int.from_bytes(_random[start:_taken], "big")
-    return "%032x" % (value & _UUID4_CLEAR | _UUID4_SET)
+    """`uuid.uuid4().hex` without building the UUID object (1 µs less per request)."""
+    return "%032x" % (int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET)
 
 
 @dataclasses.dataclass(slots=True)
