@@ -323,8 +323,9 @@ def server(app, limits: Limits, observe: Observe, keep_alive_timeout: float,
     """A uvicorn server for `app` (serve it with `await server.serve(sockets=[sock])`)."""
     config = uvicorn.Config(
         app, http=protocol_class(limits, observe), lifespan="on", loop="none",
-        timeout_keep_alive=keep_alive_timeout, timeout_graceful_shutdown=graceful_stop, log_config=None, access_log=False,
-        proxy_headers=False, server_header=False, date_header=False, backlog=2048)
+        timeout_keep_alive=keep_alive_timeout, timeout_graceful_shutdown=graceful_stop,
+        log_config=None, access_log=False, proxy_headers=False, server_header=False,
+        date_header=False, backlog=2048)
     # uvicorn's own INFO lines (started, waiting, finished) say nothing the gateway's log
     # does not; its warnings and errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
