@@ -21,6 +21,7 @@ import contextlib
 import functools
 import gc
 import logging
+import time
 import urllib.parse
 
 from fastapi import FastAPI
@@ -131,7 +132,8 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
     routes = Routes(app, metrics.observe_request, AccessLog(settings.access_log_sample), traces)
 
     def deadline(request: Request) -> float:
-        """The request's deadline on the loop's clock: our timeout, shortened by the client's.
+        """The request's deadline (a time.monotonic() value): our timeout, shortened by the
+        client's.
 
         X-Request-Timeout is ours (seconds; malformed is a 400). OpenAI's clients send their
         read timeout as x-stainless-read-timeout; it is honoured when it parses.
@@ -147,7 +149,7 @@ def create_app(settings: GatewaySettings, card: ModelCard, tokenizer: TextTokeni
         client_timeout = _seconds(request.headers.get(OPENAI_TIMEOUT_HEADER))
         if client_timeout is not None:
             budget = min(budget, client_timeout)
-        return asyncio.get_running_loop().time() + budget
+        return time.monotonic() + budget
 
     async def body_of(request: Request):
         """Authorised, then the JSON body."""

@@ -15,6 +15,7 @@ the lowest any worker sees. Knows nothing about how requests are handled; caller
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import values as prometheus_values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from hedgerow.build_info import build_info
@@ -28,6 +29,28 @@ TOKENIZE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 def multiprocess() -> bool:
     """True in a worker of a multi-worker gateway (see the module docstring)."""
     return bool(os.environ.get(MULTIPROCESS_DIR))
+
+
+_pid = os.getpid()
+
+
+def _process_id() -> int:
+    return _pid
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if multiprocess():
+    # Every sample a worker writes first checks its process id for a fork, by os.getpid(): a
+    # system call, ten per request. The id is kept here and renewed in a forked
+    # child. prometheus-client takes this function as documented (MultiProcessValue); it is
+    # set before any metric exists, as the one it replaces has made none (nothing in a worker
+    # creates metrics before this module is imported).
+    os.register_at_fork(after_in_child=_forked)
+    prometheus_values.ValueClass = prometheus_values.MultiProcessValue(_process_id)
 
 
 class GatewayMetrics:

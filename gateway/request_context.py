@@ -11,12 +11,12 @@ in a task of its own, and the tasks of its chunks inherit its context). Knows no
 HTTP frameworks, routing or gRPC channels.
 """
 
+import contextlib
 import contextvars
 import dataclasses
+import os
 import re
-import contextlib
 import time
-import uuid
 from typing import Any
 
 REQUEST_ID_HEADER = "x-request-id"
@@ -29,7 +29,17 @@ def request_id(raw: str | None) -> str:
     control characters, so it reads back from a log line as sent), else a new one."""
     if raw is not None and _VALID_ID(raw):
         return raw
-    return uuid.uuid4().hex
+    return _new_id()
+
+
+# A version-4 UUID's bits, as uuid.uuid4() sets them on 16 random bytes.
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def _new_id() -> str:
+    """`uuid.uuid4().hex` without building the UUID object (1 µs less per request)."""
+    return "%032x" % (int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET)
 
 
 @dataclasses.dataclass(slots=True)

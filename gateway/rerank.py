@@ -195,7 +195,7 @@ class Reranker:
         return sequences
 
     async def rerank(self, body: RerankRequest, *, deadline: float) -> Reranked:
-        """Rank the body's documents against its query; `deadline` is on the loop's clock.
+        """Rank the body's documents against its query; `deadline` is a time.monotonic() value.
         A cross-encoder (task rerank) scores each pair; an embedding model ranks by cosine."""
         service = self._service
         settings = service.settings

@@ -194,7 +194,7 @@ class Router:
         retry = admission.refusal(
             tokens, queued, [r.throughput.rate for r in ready],
             [r.info.max_inflight_tokens if r.info is not None else 0 for r in ready],
-            deadline - asyncio.get_running_loop().time(), self._max_queue_s)
+            deadline - time.monotonic(), self._max_queue_s)
         if retry is not None:
             self._metrics.refused.inc()
             raise UpstreamOverloadedError(
@@ -231,7 +231,6 @@ class Router:
         overtaken forever by small ones (a retry that excludes a replica does not hold that
         replica back from the others). NoReplicaError when none is ready; SpaceConflictError
         when only replicas of other spaces are."""
-        loop = asyncio.get_running_loop()
         entry, queued = (object(), tuple(exclude), space), False
         try:
             while True:
@@ -245,7 +244,7 @@ class Router:
                 if replica is not None:
                     self._count(replica, tokens)
                     return replica
-                remaining = deadline - loop.time()
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise DeadlineError("the request's deadline passed while its chunks waited "
                                         "for room on the embedding servers")
@@ -331,7 +330,7 @@ class Router:
         """Embed every sequence: (float32 [B, D] in input order, the fingerprint of the one
         space every row was embedded in).
 
-        `deadline` is in the event loop's clock (`loop.time()`); `normalize` None leaves it to
+        `deadline` is a `time.monotonic()` value; `normalize` None leaves it to
         the model (the server's default). Raises NoReplicaError, DeadlineError, RequestError
         (the server rejected the input), UpstreamOverloadedError, SpaceConflictError or
         UpstreamError.
@@ -475,14 +474,15 @@ class Router:
                     space: str | None = None):
         """Call `method` with `request` on the least-loaded replica of `space` (None: any)
         with room, retrying as the module docstring says."""
-        loop = asyncio.get_running_loop()
         context = current()  # the request's id travels as metadata; its timing comes back
-        metadata = context.metadata() if context is not None else None
+        # grpc.aio takes a Metadata as it is; a tuple it checks against typing.Sequence and
+        # converts: about 5 µs more CPU per call here.
+        metadata = grpc.aio.Metadata(*context.metadata()) if context is not None else None
         unavailable: list[Replica] = []  # left out of this chunk's further tries
         busy_answers = 0
         while True:
             replica = await self._reserve(tokens, unavailable, deadline, space)
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             ok = False
             try:
                 if remaining <= 0:

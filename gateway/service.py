@@ -9,7 +9,6 @@ which the first server's Info refines. Knows nothing about HTTP: routes convert 
 back.
 """
 
-import contextlib
 import dataclasses
 import time
 
@@ -128,7 +127,11 @@ class EmbeddingService:
         if truncate is None:
             truncate = self.settings.truncate
         context = current()
-        with context.span("tokenize") if context is not None else contextlib.nullcontext():
+        if context is not None and context.tracing is not None:
+            with context.span("tokenize"):
+                sequences = await self.tokenizer.encode(texts, template=template,
+                                                        max_tokens=max_tokens, truncate=truncate)
+        else:  # without tracing, no null context to enter and leave (four calls a request)
             sequences = await self.tokenizer.encode(texts, template=template,
                                                     max_tokens=max_tokens, truncate=truncate)
         elapsed = time.perf_counter() - started
@@ -208,7 +211,7 @@ class EmbeddingService:
                     input_type: str | None, deadline: float, truncate: bool | None = None,
                     normalize: bool | None = None, template: str | None = None,
                     param: str = "input") -> Embedded:
-        """Embed a request's inputs; `deadline` is on the event loop's clock. `truncate`
+        """Embed a request's inputs; `deadline` is a time.monotonic() value. `truncate`
         overrides --truncate, `normalize` the model's own choice, `template` the input
         type's; `param` names the input field in messages."""
         self.check_model(model)

@@ -39,13 +39,15 @@ from hedgerow.logs import fields
 log = logging.getLogger("hedgerow.gateway.http")
 
 MAX_HEAD_BYTES = 64 * 1024
+HEAD_TOO_LARGE = f"the request's URL and headers are over {MAX_HEAD_BYTES} bytes"
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request its client abandoned
-# Scope keys: the app leaves the task answering the request under TASK_KEY; the server sets
+# Scope keys: the server leaves the task answering the request under TASK_KEY, and sets
 # GONE_KEY before cancelling that task because its client left.
 TASK_KEY = "hedgerow.task"
 GONE_KEY = "hedgerow.client_gone"
 
 Observe = Callable[[str, int, float], None]  # (route, status, seconds)
+_HEAD, _BODY = 1, 2  # which timeout a request still arriving is under
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +105,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._timer: asyncio.TimerHandle | None = None
+        # The timeout a request still arriving needs (_HEAD or _BODY), armed once the bytes
+        # at hand are parsed: a request that arrives whole (nearly all) arms none.
+        self._due = 0
+        self._idle_since: float | None = None  # loop time the last answer completed; None: busy
         self._refused = False
         self._receiving = False  # between a request's first byte and its end
         self._head_bytes = 0
@@ -137,7 +143,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        self._unset_keepalive_if_required()
+        self._idle_since = None  # the keep-alive timer, if armed, stays: see on_response_complete
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
@@ -150,6 +156,44 @@ class GuardedProtocol(HttpToolsProtocol):
         except httptools.HttpParserError:
             self._refuse(400, "the HTTP request is malformed (its framing or headers, e.g. a "
                               "Content-Length that is not a number, cannot be parsed)")
+        else:
+            if self._due:
+                self._arm_due()
+
+    def _start_asgi_task(self, cycle, app) -> None:
+        """uvicorn's (without its reset_contextvars option, which the gateway leaves off),
+        also leaving the task under TASK_KEY for connection_lost: asyncio.current_task() in
+        the app would cost a system call per request (getpid, on Python 3.11)."""
+        task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        cycle.scope[TASK_KEY] = task
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, except that the keep-alive timer is not cancelled and armed again for
+        every request (1-3 µs each): one armed timer looks at the idle time when it fires."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
+                                                                self._keep_alive_due)
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self._idle_since is None:  # a request is under way: armed again when it is answered
+            return
+        left = self._idle_since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_due)
+        else:
+            self.timeout_keep_alive_handler()
 
     def shutdown(self) -> None:
         """At a stop: an upload in progress is closed at once, not waited for."""
@@ -164,14 +208,18 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._receiving = True
         self._head_bytes = self._body_bytes = 0
-        self._arm(self.limits.head_timeout, self._head_timed_out)
+        self._due = _HEAD
 
     def on_url(self, url: bytes) -> None:
-        self._count_head(len(url))
+        self._head_bytes += len(url)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _Refused(431, HEAD_TOO_LARGE)
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
+        self._head_bytes += len(name) + len(value)  # inline: a call per header costs more
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _Refused(431, HEAD_TOO_LARGE)
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -180,7 +228,7 @@ class GuardedProtocol(HttpToolsProtocol):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 raise _Refused(413, f"the request body is {int(value)} bytes; at most {limit} "
                                     "are accepted (--max-body-bytes)")
-        self._arm(self.limits.body_timeout, self._body_timed_out)
+        self._due = _BODY
         super().on_headers_complete()
         if self.scope["method"] != "HEAD":  # a HEAD answer's head has no body part to join
             self.cycle.transport = _OneWrite(self.transport)
@@ -194,15 +242,18 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._receiving = False
+        self._due = 0
         self._disarm()
         super().on_message_complete()
 
     # --- limits ---------------------------------------------------------------------------------
 
-    def _count_head(self, size: int) -> None:
-        self._head_bytes += size
-        if self._head_bytes > MAX_HEAD_BYTES:
-            raise _Refused(431, f"the request's URL and headers are over {MAX_HEAD_BYTES} bytes")
+    def _arm_due(self) -> None:
+        if self._due == _HEAD:
+            self._arm(self.limits.head_timeout, self._head_timed_out)
+        else:
+            self._arm(self.limits.body_timeout, self._body_timed_out)
+        self._due = 0
 
     def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
         self._disarm()
@@ -272,8 +323,9 @@ def server(app, limits: Limits, observe: Observe, keep_alive_timeout: float,
     """A uvicorn server for `app` (serve it with `await server.serve(sockets=[sock])`)."""
     config = uvicorn.Config(
         app, http=protocol_class(limits, observe), lifespan="on", loop="none",
-        timeout_keep_alive=keep_alive_timeout, timeout_graceful_shutdown=graceful_stop, log_config=None, access_log=False,
-        proxy_headers=False, server_header=False, date_header=False, backlog=2048)
+        timeout_keep_alive=keep_alive_timeout, timeout_graceful_shutdown=graceful_stop,
+        log_config=None, access_log=False, proxy_headers=False, server_header=False,
+        date_header=False, backlog=2048)
     # uvicorn's own INFO lines (started, waiting, finished) say nothing the gateway's log
     # does not; its warnings and errors still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
