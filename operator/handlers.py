@@ -66,6 +66,10 @@ class Context:
     # while somebody holds or waits on it.
     _locks: weakref.WeakValueDictionary = dataclasses.field(
         default_factory=weakref.WeakValueDictionary)
+    # EmbeddingServices, by (namespace, name), whose last reconcile refused their spec. The
+    # warmup timer's body can predate that pass's status patch; observing then wrote "rolling
+    # out" over the refusal until the next pass (seen as flapping conditions and Events).
+    refused: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
     def _lock(self, *key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -80,10 +84,10 @@ class Context:
         return self._lock("gates", service.namespace, service.name)
 
     def reconcile_lock(self, body: Mapping[str, Any]) -> asyncio.Lock:
-        """Around one whole reconcile: the resync timer and a change handler run concurrently,
-        and a pass that read the spec before a change would apply the old children after the
-        new ones (a rollout back and forth). Taken before the spec is read, the later pass
-        reads the later spec (kopf's body is live)."""
+        """Around one whole reconcile (and the warmup timer's pass): the resync timer and a
+        change handler run concurrently, and a pass that read the spec before a change would
+        apply the old children after the new ones (a rollout back and forth). Taken before
+        the spec is read, the later pass reads the later spec (kopf's body is live)."""
         meta = body.get("metadata") or {}
         return self._lock("reconcile", meta.get("namespace") or "", meta.get("name") or "")
 
@@ -229,6 +233,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
                      logger: logging.Logger) -> str:
     generation = (body.get("metadata") or {}).get("generation")
     service = parse(body)
+    key = (service.namespace, service.name)
     try:
         await _leave_keda(ctx, service, logger)
         golden_digest, tls_digest = await _preflight(ctx, service)
@@ -236,6 +241,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
                               tls_digest)
         live = await _check_children(ctx, service, manifests)
     except SpecError as error:
+        ctx.refused.add(key)
         logger.warning("spec rejected: %s: %s", error.reason, error.message)
         _write_conditions(body, patch, status.invalid_conditions(
             error.reason, error.message, generation),
@@ -243,6 +249,7 @@ async def _reconcile(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
         return "spec_rejected"
     except ApiError as error:
         raise kopf.TemporaryError(str(error), delay=RETRY_DELAY_SECONDS) from None
+    ctx.refused.discard(key)
     try:
         if service.autoscaled:
             await hand_replicas_to_hpa(ctx.kube, service,
@@ -277,16 +284,20 @@ async def _leave_keda(ctx: Context, service: Service, logger: logging.Logger) ->
 async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
                        logger: logging.Logger) -> None:
     """Timer: read each server pod's warmup, set its gate, refresh the conditions (unless
-    reconcile reported that the spec cannot be applied: that report stays)."""
+    reconcile reported that the spec cannot be applied: that report stays). Between two
+    reconcile passes, never during one: a pass's refusal is then known here (`ctx.refused`)
+    even while `body` predates its status patch."""
     service = parse(body)
     acted_on = (body.get("status") or {}).get("observedGeneration")
-    try:
-        if status.spec_not_applied((body.get("status") or {}).get("conditions")):
-            await track_gates(ctx, service, body)
-        else:
-            await observe(ctx, service, body, patch, acted_on)
-    except ApiError as error:
-        logger.warning("warmup tracking failed: %s", error)
+    async with ctx.reconcile_lock(body):
+        try:
+            if (service.namespace, service.name) in ctx.refused or status.spec_not_applied(
+                    (body.get("status") or {}).get("conditions")):
+                await track_gates(ctx, service, body)
+            else:
+                await observe(ctx, service, body, patch, acted_on)
+        except ApiError as error:
+            logger.warning("warmup tracking failed: %s", error)
 
 
 def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:

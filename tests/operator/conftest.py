@@ -47,7 +47,14 @@ class Emulator(KubernetesEmulator):
     handler on a body older than its own last write: the old spec applied again until a
     later event (test_spec_change_updates_children, test_rbac and
     test_a_spec_that_cannot_be_applied_keeps_the_last_good_children failed that way now and
-    then, more often on a loaded machine)."""
+    then, more often on a loaded machine).
+
+    A created object with `generateName` and no name gets a unique name, as a real API server
+    gives it. kmock leaves it nameless, so every kopf Event (kopf posts them with
+    `generateName`) but the first in a namespace was refused as a conflict with that first one,
+    and a test waiting for a particular Event passed only when it happened to be posted first
+    (test_a_missing_or_malformed_golden_set_gets_a_clear_condition_and_no_children failed that
+    way on fresh clones, twice)."""
 
     RECENT = 64
 
@@ -55,13 +62,18 @@ class Emulator(KubernetesEmulator):
         super().__attrs_post_init__()
         self.journal: list = []
         self.versions = itertools.count(1000)
+        self.generated = itertools.count(1)
 
     async def _handle(self, request):
         self.journal.append(request)
         del self._requests[:-self.RECENT]
         writes = request.action in (action.CREATE, action.UPDATE)
         if request.resource is not None and writes and isinstance(request.data, dict):
-            request.data.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+            metadata = request.data.setdefault("metadata", {})
+            metadata["resourceVersion"] = str(next(self.versions))
+            if request.action == action.CREATE and not metadata.get("name") \
+                    and metadata.get("generateName"):
+                metadata["name"] = f"{metadata['generateName']}{next(self.generated):05d}"
         return await super()._handle(request)
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from hedgerow.operator import handlers, names, spec, warmup
+from hedgerow.operator import handlers, names, spec, status, warmup
 from hedgerow.operator.kube import KubeClient
 from tests.operator.conftest import warmup_body
 
@@ -316,6 +316,11 @@ async def test_a_missing_or_malformed_golden_set_gets_a_clear_condition_and_no_c
     # kopf posts events from a queue of its own, after the status: wait for it.
     await cluster.eventually(lambda: _events(cluster, reason), f"a {reason} Event")
     assert await cluster.get(cluster.child_path("apps/v1", "deployments", "lost-server")) is None
+    # The warmup timer never writes its counts over the refusal (it did when its body predated
+    # the refusal's status patch): let it run a few times, then look at every Event.
+    await asyncio.sleep(1.0)
+    for observed in (status.NO_READY_SERVERS, status.ROLLING_OUT):
+        assert await _events(cluster, observed) == []
 
 
 def _rerank_config_map(name):
