@@ -378,13 +378,13 @@ def kernel_profile(directory, seqs, length, vocab, settings: GpuSettings):
             spent = event.cuda_time
         by_name.setdefault(event.name[:70], []).append(spent)
     total = sum(sum(v) for v in by_name.values())
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
+    by_time = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
     del stepper, loaded
     torch.cuda.empty_cache()
     return {"seqs": seqs, "length": length, "tokens": seqs * length, "kernels": len(kernels),
             "layers": layers,
             "per_layer": round(len(kernels) / layers, 2), "device_us": round(total, 1),
-            "top": [{"name": n, "count": len(v), "us": round(sum(v), 1)} for n, v in top]}
+            "by_time": [{"name": n, "count": len(v), "us": round(sum(v), 1)} for n, v in by_time]}
 
 
 def gate_reference(directory, vocab, pooling):
@@ -562,7 +562,7 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
             log(f"{label}: graph replay at {prof['seqs']} x {prof['length']}: "
                 f"{prof['kernels']} kernels ({prof['per_layer']} per layer), "
                 f"{prof['device_us']} us device")
-            for k in prof["top"][:12]:
+            for k in prof["by_time"][:12]:
                 log(f"    {k['us']:9.1f} us {k['count']:4d}x {k['name']}")
 
 

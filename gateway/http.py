@@ -39,7 +39,7 @@ from hedgerow.gateway.request_context import (
     CURRENT, REQUEST_ID_HEADER, RequestContext, current, request_id,
 )
 from hedgerow.tracing import REQUEST_ID_ATTRIBUTE, Tracing
-from hedgerow.gateway.uvicorn_server import CLIENT_CLOSED_REQUEST, GONE_KEY, TASK_KEY
+from hedgerow.gateway.uvicorn_server import CLIENT_CLOSED_REQUEST, GONE_KEY
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.gateway.http")
