@@ -124,6 +124,8 @@ def fp8_cells(tokens: list[int]):
     """bf16 `F.linear` against `torch._scaled_mm` (e4m3, row-wise scales, bf16 out) with the
     activation already quantized, and what quantizing it costs as a kernel of its own."""
     quantize = torch.compile(quantize_rows, dynamic=False)
+    # one compile per activation shape: past Dynamo's default limit of 8 it would run eagerly
+    torch._dynamo.config.recompile_limit = 4 * len(PRODUCTS) * len(tokens)
     rows = []
     for m in tokens:
         for name, k, n in PRODUCTS:

@@ -61,9 +61,9 @@ def test_a_strided_view_of_the_fused_projection_is_read_in_place():
 def test_it_traces_under_torch_compile_and_replays_in_a_cuda_graph():
     qkv, qw, kw, cos, sin = _inputs(512, 16, 8, 8, 128, torch.bfloat16)
 
-    def layer(qkv, cos, sin):
-        q, k = head_norm_rope(qkv, qw, kw, cos, sin, 16, 8, 1e-6)
-        return q.sum(dim=1) + k.sum(dim=1)
+    def layer(qkv, cos, sin):  # the op between two generated kernels
+        q, k = head_norm_rope(qkv * 2, qw, kw, cos, sin, 16, 8, 1e-6)
+        return torch.cat((q, k), dim=1) + 1
 
     compiled = torch.compile(layer, fullgraph=True)
     with torch.inference_mode():
