@@ -2,8 +2,8 @@
 head and the max over tokens inside the graph, against the CPU engine in float32 on the same
 checkpoint (tests/conftest.py `write_splade_model`). The GPU runs bfloat16, as it serves: values
 agree within 0.1 (they reach about 2), and an id weighing more than 0.25 on either side is
-non-zero on both; tail padding, empty slots and replay change nothing beyond that. Needs CUDA;
-not yet run on a GPU.
+non-zero on both; tail padding, empty slots and replay change nothing beyond that. Needs CUDA
+and the packaged default model (its tokenizer files go into the test checkpoint).
 """
 
 import numpy as np
