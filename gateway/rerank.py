@@ -205,6 +205,7 @@ class Reranker:
         top_n = check_top_n(body.top_n, len(documents))
         if service.card.task == "rerank":
             return await self._cross_encode(body, query, documents, top_n, deadline)
+        service.check_task("embed", "reranking")  # sparse vectors have no cosine to rank by
         query_ids = await self._tokenize([query], "query", "query", body.truncate)
         document_ids = await self._tokenize(documents, "document", body.field, body.truncate)
         total = query_ids.total_tokens + document_ids.total_tokens

@@ -7,7 +7,8 @@ weight checkpoint of the real vocabulary (tests/conftest.py `write_splade_model`
 The reference: `transformers`' BertForMaskedLM on each text and SpladePooling's formula (tests/
 engine/test_splade.py), answered as `{index, value}` lists of the non-zero entries, ids
 ascending, within 1e-3. A dense call to the sparse model and a sparse call to a dense one (the
-packaged all-MiniLM-L6-v2) are 400s naming the model's task (422 on TEI's routes).
+packaged all-MiniLM-L6-v2) are 400s naming the model's task (422 on TEI's routes), and so is a
+rerank call to the sparse model (refused by the gateway, before it tokenizes).
 """
 
 import httpx
@@ -86,6 +87,14 @@ def test_openai_sparse_refuses_what_it_cannot_answer(stack):
                         json={"input": "ivy", "encoding_format": "base64"}, timeout=30)
     assert base64.status_code == 400
     assert base64.json()["error"]["param"] == "encoding_format"
+    rerank = httpx.post(stack.url + "/v1/rerank", json={"query": "ivy", "documents": ["a"]},
+                        timeout=30)
+    assert rerank.status_code == 400, rerank.text
+    assert rerank.json()["error"]["code"] == "wrong_task"
+    assert "is of task 'sparse'" in rerank.json()["error"]["message"]
+    assert "serves no reranking" in rerank.json()["error"]["message"]
+    tei = httpx.post(stack.url + "/rerank", json={"query": "ivy", "texts": ["a"]}, timeout=30)
+    assert tei.status_code == 422 and "serves no reranking" in tei.text, tei.text
     other = httpx.post(stack.url + "/v1/embeddings/sparse",
                        json={"input": "ivy", "model": "text-embedding-3-small-typo"}, timeout=30)
     assert other.status_code == 404, other.text
