@@ -26,7 +26,8 @@ the real model. Then measures:
      through the gateway with `http.client` and the JSON decoded (what a user's script sees),
      shows what such a client adds on top. With `--versus
      URL` a second gateway in front of the same server (another commit's, say) takes a turn in
-     every pair too, and the table adds what it adds over the first, request by request.
+     every pair too (the two alternate which goes first), and the table adds what it adds over
+     the first, request by request.
   2. tokenization throughput of the gateway's tokenizer (HF `tokenizers`, batch encode, in this
      process): `--texts` texts of mixed length in batches of `--batch`; texts/s and tokens/s;
      and each query tokenized alone, back to back and after 10 ms of sleep each time.
@@ -115,8 +116,8 @@ class UserClient:
 def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str,
            requests: int, rounds: int) -> dict:
     """Latencies (ms) straight to `server` and through each of `gateways`, request by request
-    in turn; "added" is through the first gateway minus straight, "versus" through the second
-    minus through the first."""
+    in turn (two gateways alternate which goes first); "added" is through the first gateway
+    minus straight, "versus" through the second minus through the first."""
     ids = tokenizer.encode_sync([text], "", 100_000, False).input_ids
     request = embed_pb2.EmbedRequest(input_ids=ids.tobytes(),
                                       cu_seqlens=np.asarray([0, len(ids)], "<i4").tobytes())
@@ -134,11 +135,13 @@ def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str
                 user.post()
             for _ in range(rounds):
                 first = len(direct)
-                for _ in range(requests):
+                turns = list(zip(https, through))
+                for i in range(requests):
                     began = time.perf_counter()
                     stub.Embed(request, timeout=60)
                     direct.append(time.perf_counter() - began)
-                    for http, times in zip(https, through):
+                    # Gateways alternate in order, so neither always follows the gRPC call.
+                    for http, times in turns if i % 2 == 0 else turns[::-1]:
                         began = time.perf_counter()
                         http.post()
                         times.append(time.perf_counter() - began)
