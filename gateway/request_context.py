@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 REQUEST_ID_HEADER = "x-request-id"
+NO_SPAN = contextlib.nullcontext()  # reusable: what span() gives when tracing is off
 MAX_REQUEST_ID = 128
 _VALID_ID = re.compile(r"[!-~]{1,%d}" % MAX_REQUEST_ID).fullmatch
 
@@ -60,7 +61,7 @@ class RequestContext:
 
     def span(self, name: str):
         """A child span of the request's, when tracing is on (a context manager either way)."""
-        return self.tracing.span(name) if self.tracing is not None else contextlib.nullcontext()
+        return self.tracing.span(name) if self.tracing is not None else NO_SPAN
 
     def server_timing(self, timing) -> None:
         """A chunk was answered: its server's Timing (embed_pb2.Timing) is now the request's

@@ -18,7 +18,7 @@ from hedgerow.gateway.chunking import plan_chunks
 from hedgerow.gateway.errors import ModelNotFoundError, RequestError
 from hedgerow.gateway.metrics import GatewayMetrics
 from hedgerow.gateway.model_card import ModelCard, refine_with_info, truncation_problem
-from hedgerow.gateway.request_context import current
+from hedgerow.gateway.request_context import NO_SPAN, current
 from hedgerow.gateway.router import Router
 from hedgerow.gateway.schema import Inputs, check_token_range, parse_inputs
 from hedgerow.gateway_settings import GatewaySettings
@@ -127,11 +127,7 @@ class EmbeddingService:
         if truncate is None:
             truncate = self.settings.truncate
         context = current()
-        if context is not None and context.tracing is not None:
-            with context.span("tokenize"):
-                sequences = await self.tokenizer.encode(texts, template=template,
-                                                        max_tokens=max_tokens, truncate=truncate)
-        else:  # without tracing, no null context to enter and leave (four calls a request)
+        with context.span("tokenize") if context is not None else NO_SPAN:
             sequences = await self.tokenizer.encode(texts, template=template,
                                                     max_tokens=max_tokens, truncate=truncate)
         elapsed = time.perf_counter() - started
