@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from hedgerow.bench.processes import at_least
 from hedgerow.commands.embed import batches, encode_texts, load_tokenizer
 from hedgerow.defaults import default_model_path
-from hedgerow.engine.attention import CpuRaggedAttention, reference_attention
+from hedgerow.engine.attention import CpuRaggedAttention
+from hedgerow.kernels.ragged_attention import reference_attention
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.engine import Engine
 

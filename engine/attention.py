@@ -78,28 +78,3 @@ class CpuRaggedAttention:
             outputs.append(o.transpose(0, 1))  # [L, Hq, D]
         # One concatenation instead of a copy per sequence: fewer small parallel regions.
         return torch.cat(outputs) if len(outputs) > 1 else outputs[0].contiguous()
-
-
-def reference_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    max_seqlen: int,
-    causal: bool,
-) -> torch.Tensor:
-    """Plain, slow, obviously-correct ragged attention (float64 math) for tests."""
-    out = torch.empty_like(q)
-    group = q.shape[1] // k.shape[1]
-    bounds = cu_seqlens.tolist()
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        qs = q[start:end].double().transpose(0, 1)                       # [Hq, L, D]
-        ks = k[start:end].double().transpose(0, 1).repeat_interleave(group, 0)
-        vs = v[start:end].double().transpose(0, 1).repeat_interleave(group, 0)
-        scores = qs @ ks.transpose(1, 2) / qs.shape[-1] ** 0.5
-        if causal:
-            length = end - start
-            mask = torch.ones(length, length, dtype=torch.bool).triu(1)
-            scores = scores.masked_fill(mask, float("-inf"))
-        out[start:end] = (scores.softmax(-1) @ vs).transpose(0, 1).to(q.dtype)
-    return out

@@ -18,6 +18,10 @@ graph cache uses them for unused sequence slots).
   kernel variant compiles for a few seconds; `compile_cache` keeps the result on disk.
 - `flash_attn`: `flash_attn.flash_attn_varlen_func` (FlashAttention 2/3 package), used only
   when it is importable; grouped-query heads are native.
+- `triton`: Hedgerow's own Triton kernel (`kernels/ragged_attention.py`): blocks of tokens of the
+  ragged axis per head, so its grid ignores `max_seqlen` and short sequences share a
+  program; built for the short cells, where the FlashAttention kernels are mostly launch and
+  ramp. GQA native. Needs Triton only.
 - `sdpa`: the fallback that runs anywhere CUDA does: the ragged axis is scattered into a padded
   [B, max_seqlen, H, D] block (positions computed on the device) and `scaled_dot_product_attention`
   runs with a key-padding mask (bidirectional) or `is_causal` (causal: right padding is never
@@ -61,6 +65,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hedgerow.errors import ConfigError
 from hedgerow.gpu_settings import ATTENTION_BACKENDS
+from hedgerow.kernels.ragged_attention import ragged_attention
 from hedgerow.logs import fields
 
 log = logging.getLogger(__name__)
@@ -155,6 +160,18 @@ class Fa4Varlen:
         return out[0] if isinstance(out, tuple) else out
 
 
+class TritonRagged:
+    """Hedgerow's Triton ragged-attention kernel (`kernels/ragged_attention.py`), GQA native."""
+
+    name = "triton"
+
+    def __init__(self) -> None:
+        import triton  # noqa: F401  (ImportError: the backend is left out)
+
+    def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
+        return ragged_attention(q, k, v, cu_seqlens, causal)
+
+
 class CudnnUniform:
     """cuDNN attention on a dense [B, H, L, D] view of a uniform batch (B = T / max_seqlen
     sequences, every one `max_seqlen` long; `cu_seqlens` is not read). Keys and values are
@@ -208,7 +225,7 @@ class SdpaPaddedAttention:
 
 _MAKERS: dict[str, Callable[[], AttentionFn]] = {
     "varlen": VarlenAttention, "fa4": Fa4Varlen, "flash_attn": FlashAttnVarlen,
-    "sdpa": SdpaPaddedAttention, "cudnn": CudnnUniform,
+    "triton": TritonRagged, "sdpa": SdpaPaddedAttention, "cudnn": CudnnUniform,
 }
 
 
@@ -223,7 +240,7 @@ def available_backends() -> dict[str, AttentionFn]:
         try:
             found[name] = _MAKERS[name]()
         except (ImportError, RuntimeError, OSError) as error:
-            if name in ("fa4", "flash_attn"):
+            if name in ("fa4", "flash_attn", "triton"):
                 log.info("%s", fields(event="engine.attention_unavailable", backend=name,
                                       reason=f"{type(error).__name__}: {error}"[:300]))
     return found

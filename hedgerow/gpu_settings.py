@@ -14,7 +14,7 @@ from hedgerow.settings import setting
 
 # The ragged CUDA attention backends a user can force (engine/attention_cuda.py), in preference
 # order; the uniform-only cuDNN kernel is chosen by the measured table alone.
-ATTENTION_BACKENDS = ("varlen", "fa4", "flash_attn", "sdpa")
+ATTENTION_BACKENDS = ("varlen", "fa4", "flash_attn", "triton", "sdpa")
 # Both lists are walked by the CRD's CEL rules, whose cost the API server bounds up front.
 MAX_SEQ_BUCKETS = 64
 MAX_HOT_SET = 64

@@ -4,7 +4,8 @@ sequences, grouped-query heads, causal and bidirectional, strided inputs, bfloat
 import pytest
 import torch
 
-from hedgerow.engine.attention import CpuRaggedAttention, reference_attention
+from hedgerow.engine.attention import CpuRaggedAttention
+from hedgerow.kernels.ragged_attention import reference_attention
 
 LENGTHS = [1, 7, 2, 33, 1, 19]
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from hedgerow.engine.attention import reference_attention
+from hedgerow.kernels.ragged_attention import reference_attention
 from hedgerow.engine.attention_cuda import (AttentionChooser, AttentionTable, Cell,
                                             SdpaPaddedAttention, shape_key)
 from hedgerow.errors import ConfigError

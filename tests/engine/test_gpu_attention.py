@@ -5,7 +5,7 @@ graph (fixed `max_seqlen` longer than any sequence, empty sequences included). N
 import pytest
 import torch
 
-from hedgerow.engine.attention import reference_attention
+from hedgerow.kernels.ragged_attention import reference_attention
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
