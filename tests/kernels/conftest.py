@@ -3,12 +3,16 @@
 A case is a small frozen description (rows, cols, k, dtype, pattern, valid lengths, forced
 columns, seed); `build_case` turns it into tensors, the same bits on every machine. Tests ask for
 `ci_case` (the CPU interpreter subset) or `gpu_case` (the full matrix) and are parametrised by
-`pytest_generate_tests` below.
+`pytest_generate_tests` below. Also `run_interpreted`, which runs a kernel check in Triton's CPU
+interpreter.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -188,3 +192,23 @@ def python_topk(scores, k, valid_lengths=None, forced=None):
 @pytest.fixture
 def oracle():
     return python_topk
+
+
+@pytest.fixture
+def run_interpreted():
+    """`run(code)`: run `code` in a fresh Python with TRITON_INTERPRET=1 (Triton decides
+    interpreted-or-compiled when it is first imported) and return its stdout, failing with its
+    stderr. Skips without triton, and with CUDA present, where the kernels' GPU tests run them
+    compiled."""
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the compiled kernel is tested by the GPU test files")
+
+    def run(code: str) -> str:
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        done = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip()
+
+    return run

@@ -6,14 +6,11 @@ child process with TRITON_INTERPRET=1. With CUDA present, test_head_norm_rope_gp
 compiled kernel instead.
 """
 
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from hedgerow.kernels.head_norm_rope import head_norm_rope, head_norm_rope_reference
+from hedgerow.kernels.head_norm_rope import head_norm_rope
 
 CHILD = """
 import torch
@@ -51,15 +48,8 @@ print("ok", checked + 1)
 """
 
 
-def test_the_kernel_matches_its_reference_interpreted():
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: the compiled kernel is tested by test_head_norm_rope_gpu.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-P", "-c", CHILD], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "ok 6"
+def test_the_kernel_matches_its_reference_interpreted(run_interpreted):
+    assert run_interpreted(CHILD) == "ok 6"
 
 
 def _inputs(tokens=3, heads=4, dim=8):

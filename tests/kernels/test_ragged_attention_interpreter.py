@@ -7,9 +7,6 @@ child process with TRITON_INTERPRET=1. The interpreter's `tl.dot` miscomputes bf
 test_ragged_attention_gpu.py, which also runs everything here compiled.
 """
 
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -56,15 +53,8 @@ print("ok", checked + 1)
 """
 
 
-def test_the_kernel_matches_its_reference_interpreted():
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: the compiled kernel is tested by test_ragged_attention_gpu.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-P", "-c", CHILD], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "ok 6"
+def test_the_kernel_matches_its_reference_interpreted(run_interpreted):
+    assert run_interpreted(CHILD) == "ok 6"
 
 
 def _inputs(tokens=6, q_heads=2, kv_heads=1, dim=8):
