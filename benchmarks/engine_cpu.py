@@ -27,9 +27,9 @@ from hedgerow.bench.processes import at_least
 from hedgerow.commands.embed import batches, encode_texts, load_tokenizer
 from hedgerow.defaults import default_model_path
 from hedgerow.engine.attention import CpuRaggedAttention
-from hedgerow.kernels.ragged_attention import reference_attention
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.engine import Engine
+from hedgerow.kernels.ragged_attention import reference_attention
 
 WORDS = (
     "the of and to in is was for on that with as by at from his it an were are which be this "

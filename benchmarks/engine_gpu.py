@@ -53,13 +53,13 @@ from hedgerow.bench import models as shapes  # noqa: E402
 EMBEDDING_SHAPES = tuple(s for s in shapes.SHAPES if s not in shapes.RERANKERS)
 
 from hedgerow.engine import attention_cuda  # noqa: E402
-from hedgerow.kernels.ragged_attention import reference_attention  # noqa: E402
 from hedgerow.engine.attention_cuda import AttentionTable, Cell, shape_key  # noqa: E402
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.gpu import stepper_for  # noqa: E402
 from hedgerow.engine.loader import load_model  # noqa: E402
 from hedgerow.gpu_settings import GpuSettings  # noqa: E402
+from hedgerow.kernels.ragged_attention import reference_attention  # noqa: E402
 
 TARGETS = {  # the targets for the engine alone on one H200
     "bge-m3": {"p50_128": 0.8, "p50_512": 1.2, "p50_4096": 8.0, "bulk": 1700},

@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from hedgerow.kernels.ragged_attention import reference_attention
 from hedgerow.engine.attention_cuda import (AttentionChooser, AttentionTable, Cell,
                                             SdpaPaddedAttention, shape_key)
 from hedgerow.errors import ConfigError
+from hedgerow.kernels.ragged_attention import reference_attention
 
 KEY = shape_key(16, 8, 128, True)
 TABLE = AttentionTable({KEY: [
