@@ -1,7 +1,8 @@
 """The Triton kernel behind kernels/ragged_attention.py (see there for the function and why).
 
 One program per (block of BLOCK_M consecutive tokens of the ragged axis, query head). Each query
-row finds its own sequence in `cu_seqlens` (the number of sequence ends at or before it), so a
+row finds its own sequence in `cu_seqlens` (a binary search for the number of sequence ends at or
+before it, so any number of sequences costs a few loads), so a
 block may span several short sequences; the program walks the keys from the first row's sequence
 start to the last row's sequence end in BLOCK_N steps, masking each score to the row's own
 sequence (and, causal, to keys at or before the row), with the online softmax in float32 and
@@ -22,18 +23,24 @@ def _ragged_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_ptr, num_tokens, n
                              q_token_stride, q_head_stride, k_token_stride, k_head_stride,
                              v_token_stride, v_head_stride, out_token_stride,
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr,
                              CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     head = tl.program_id(1)
     kv_head = head // GROUP
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < num_tokens
 
-    # Row r's sequence is the number of sequence ends (cu_seqlens[1:]) at or before r; empty
-    # sequences share their end with the one before and are skipped.
-    s = tl.arange(0, BLOCK_S)
-    ends = tl.load(cu_ptr + 1 + s, mask=s < num_seqs, other=2147483647)
-    seq = tl.sum((ends[None, :] <= rows[:, None]).to(tl.int32), axis=1)
+    # Row r's sequence is the number of sequence ends (cu_seqlens[1:], non-decreasing) at or
+    # before r, found by a binary search per row (empty sequences share their end with the one
+    # before and are skipped): SEARCH_STEPS = bit length of num_seqs halvings settle every row.
+    seq = tl.zeros([BLOCK_M], tl.int32)  # the search's lower bound, then its answer
+    above = tl.zeros([BLOCK_M], tl.int32) + num_seqs
+    for _ in tl.static_range(SEARCH_STEPS):
+        searching = seq < above
+        middle = (seq + above) // 2
+        at_or_before = tl.load(cu_ptr + 1 + middle, mask=searching, other=0) <= rows
+        seq = tl.where(searching & at_or_before, middle + 1, seq)
+        above = tl.where(searching & ~at_or_before, middle, above)
     start = tl.load(cu_ptr + seq, mask=row_ok, other=0)
     end = tl.load(cu_ptr + seq + 1, mask=row_ok, other=0)
     low = tl.min(tl.where(row_ok, start, 2147483647), axis=0)
@@ -97,7 +104,7 @@ def ragged_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, out, cu_seqlens, tokens, num_seqs, _LOG2_E / math.sqrt(head_dim),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), GROUP=q_heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_S=max(16, triton.next_power_of_2(num_seqs)),
+        BLOCK_M=block_m, BLOCK_N=block_n, SEARCH_STEPS=num_seqs.bit_length(),
         CAUSAL=causal, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=4, num_stages=2)
     return out

@@ -40,7 +40,7 @@ def _check(q, k, v, cu, causal, tolerance=None):
 @pytest.mark.parametrize("lengths,q_heads,kv_heads,dim", [
     ([1], 1, 1, 16), ([5, 0, 77, 1, 3], 2, 1, 24), ([128], 16, 16, 64), ([130], 16, 8, 128),
     ([3] * 300, 4, 2, 64), ([0, 700, 0, 65], 3, 1, 40), ([1000, 24], 14, 2, 96),
-    ([8, 64, 17, 33, 2, 50] * 6, 16, 16, 64)])
+    ([8, 64, 17, 33, 2, 50] * 6, 16, 16, 64), ([1, 0, 5, 0, 2] * 400, 4, 2, 64)])
 def test_the_kernel_matches_its_reference(lengths, q_heads, kv_heads, dim, causal, dtype):
     _check(*_inputs(lengths, q_heads, kv_heads, dim, dtype, seed=len(lengths)), causal)
 

@@ -20,14 +20,16 @@ from hedgerow.kernels.ragged_attention_triton import ragged_attention_triton
 torch.manual_seed(0)
 checked = 0
 # (sequence lengths, query heads, kv heads, head dim, causal, dtype): empty sequences, one token,
-# a sequence across three 64-token blocks, thirty short ones sharing blocks, grouped-query heads,
-# head dims that are not powers of two
+# a sequence across three 64-token blocks, thirty short ones sharing blocks, a thousand sequences
+# (half of them empty) for the binary search, grouped-query heads, head dims that are not powers
+# of two
 for lengths, hq, hkv, dim, causal, dtype in (
         ([5, 0, 77, 1, 3], 2, 1, 24, False, torch.float32),
         ([130], 2, 2, 16, True, torch.float32),
         ([3] * 30, 4, 2, 64, False, torch.float16),
         ([0, 70, 0], 4, 1, 40, True, torch.float32),
-        ([65, 64, 1], 2, 2, 16, True, torch.float16)):
+        ([65, 64, 1], 2, 2, 16, True, torch.float16),
+        ([1, 0, 2, 0, 0, 3] * 170, 2, 1, 16, False, torch.float32)):
     cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(lengths), 0)
     tokens = int(cu[-1])
@@ -54,7 +56,7 @@ print("ok", checked + 1)
 
 
 def test_the_kernel_matches_its_reference_interpreted(run_interpreted):
-    assert run_interpreted(CHILD) == "ok 6"
+    assert run_interpreted(CHILD) == "ok 7"
 
 
 def _inputs(tokens=6, q_heads=2, kv_heads=1, dim=8):
