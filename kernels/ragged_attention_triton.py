@@ -2,11 +2,11 @@
 
 One program per (block of BLOCK_M consecutive tokens of the ragged axis, query head). Each query
 row finds its own sequence in `cu_seqlens` (a binary search for the number of sequence ends at or
-before it, so any number of sequences costs a few loads), so a
-block may span several short sequences; the program walks the keys from the first row's sequence
-start to the last row's sequence end in BLOCK_N steps, masking each score to the row's own
-sequence (and, causal, to keys at or before the row), with the online softmax in float32 and
-exp2. Arguments are checked by the caller.
+before it, so any number of sequences costs a few loads), so a block may span several short
+sequences; the program walks the keys from the first row's sequence start to the last row's
+sequence end in BLOCK_N steps, masking each score to the row's own sequence (and, causal, to keys
+at or before the row), with the online softmax in float32 and exp2. Arguments are checked by the
+caller.
 """
 
 import math
@@ -23,8 +23,9 @@ def _ragged_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_ptr, num_tokens, n
                              q_token_stride, q_head_stride, k_token_stride, k_head_stride,
                              v_token_stride, v_head_stride, out_token_stride,
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-                             CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             SEARCH_STEPS: tl.constexpr, CAUSAL: tl.constexpr,
+                             PRECISION: tl.constexpr):
     head = tl.program_id(1)
     kv_head = head // GROUP
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
