@@ -69,11 +69,15 @@ class BucketViews(NamedTuple):
     lengths: torch.Tensor       # [S+1]
 
 
-def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
+def _bucket_slices(config: Config) -> list[slice]:
+    """Where each of BucketViews' fields lies in a packed bucket buffer."""
     n, s = config.tokens, config.seq_slots
-    return BucketViews(packed[:n], packed[n:2 * n], packed[2 * n:3 * n],
-                       packed[3 * n:3 * n + s + 2], packed[3 * n + s + 2:3 * n + 2 * s + 4],
-                       packed[3 * n + 2 * s + 4:])
+    edges = (0, n, 2 * n, 3 * n, 3 * n + s + 2, 3 * n + 2 * s + 4, 3 * n + 3 * s + 5)
+    return [slice(start, end) for start, end in zip(edges, edges[1:])]
+
+
+def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
+    return BucketViews(*(packed[where] for where in _bucket_slices(config)))
 
 
 def pack_bucket(feed: RaggedBatch, config: Config, pooling: str) -> torch.Tensor:
@@ -86,7 +90,9 @@ def pack_bucket(feed: RaggedBatch, config: Config, pooling: str) -> torch.Tensor
         raise ValueError(f"a batch of {b} sequences and {t} tokens does not fit {config}")
     packed = torch.empty(3 * n + 3 * slots + 5, dtype=torch.int32,
                          pin_memory=torch.cuda.is_available())
-    ids, pos, seq, cu, starts, lengths = (v.numpy() for v in bucket_views(packed, config))
+    # numpy slices of one numpy view: six torch slices and their .numpy() took 12 of 20 µs.
+    whole = packed.numpy()
+    ids, pos, seq, cu, starts, lengths = (whole[where] for where in _bucket_slices(config))
     real_cu = feed.cu_seqlens.numpy()
     real_lengths = np.diff(real_cu)
     ids[:t] = feed.input_ids.numpy()
