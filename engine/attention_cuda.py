@@ -21,7 +21,8 @@ graph cache uses them for unused sequence slots).
 - `triton`: Hedgerow's own Triton kernel (`kernels/ragged_attention.py`): blocks of tokens of the
   ragged axis per head, so its grid ignores `max_seqlen` and short sequences share a
   program; built for the short cells, where the FlashAttention kernels are mostly launch and
-  ramp. GQA native. Needs Triton only.
+  ramp. GQA native. Needs Triton only; made only once a first call on this GPU matches the
+  reference.
 - `sdpa`: the fallback that runs anywhere CUDA does: the ragged axis is scattered into a padded
   [B, max_seqlen, H, D] block (positions computed on the device) and `scaled_dot_product_attention`
   runs with a key-padding mask (bidirectional) or `is_causal` (causal: right padding is never
@@ -65,7 +66,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hedgerow.errors import ConfigError
 from hedgerow.gpu_settings import ATTENTION_BACKENDS
-from hedgerow.kernels.ragged_attention import ragged_attention
+from hedgerow.kernels.ragged_attention import ragged_attention, reference_attention
 from hedgerow.logs import fields
 
 log = logging.getLogger(__name__)
@@ -161,12 +162,29 @@ class Fa4Varlen:
 
 
 class TritonRagged:
-    """Hedgerow's Triton ragged-attention kernel (`kernels/ragged_attention.py`), GQA native."""
+    """Hedgerow's Triton ragged-attention kernel (`kernels/ragged_attention.py`), GQA native.
+
+    Made only after a first call on this GPU (which compiles the kernel) matches the float64
+    reference: a kernel that fails to build or disagrees here leaves the backend out, logged
+    once, instead of failing the warm-up of every configuration the table gives it."""
 
     name = "triton"
 
     def __init__(self) -> None:
         import triton  # noqa: F401  (ImportError: the backend is left out)
+
+        lengths = [3, 0, 70]
+        cu = torch.tensor([0, 3, 3, 73], dtype=torch.int32)
+        q, k, v = (torch.randn(sum(lengths), heads, 64, dtype=torch.bfloat16)
+                   for heads in (4, 2, 2))
+        want = reference_attention(q, k, v, cu, max(lengths), True).float()
+        try:
+            got = ragged_attention(q.cuda(), k.cuda(), v.cuda(), cu.cuda(), True).float().cpu()
+        except Exception as error:  # noqa: BLE001  (a compiler's own error types vary)
+            raise RuntimeError(f"the kernel failed its first call: {error}") from None
+        if not torch.allclose(got, want, atol=2e-2, rtol=2e-2):
+            raise RuntimeError("the kernel disagrees with its reference on this GPU (largest "
+                               f"difference {(got - want).abs().max().item():.3g})")
 
     def __call__(self, q, k, v, cu_seqlens, max_seqlen, causal):
         return ragged_attention(q, k, v, cu_seqlens, causal)
