@@ -16,10 +16,10 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 1e-5}
 
 
-def _inputs(lengths, q_heads, kv_heads, dim, dtype, seed=0, scale=1.0):
+def _inputs(lengths, q_heads, kv_heads, dim, dtype, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     tokens = sum(lengths)
-    q, k, v = (torch.randn(tokens, heads, dim, device="cuda", generator=g) * scale
+    q, k, v = (torch.randn(tokens, heads, dim, device="cuda", generator=g)
                for heads in (q_heads, kv_heads, kv_heads))
     cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(lengths), 0)
