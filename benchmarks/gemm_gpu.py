@@ -161,6 +161,15 @@ def print_fp8(rows) -> None:
               f"{r['bf16'] / r['fp8']:>7.2f}x {r['quantize']:>11.1f} {r['fp8_diff']:>10.4f}")
 
 
+def print_quack(rows) -> None:
+    print(f"\n{'op':24} {'M':>6} {'engine µs':>10} {'QuACK µs':>9} {'speed-up':>8} "
+          f"{'first s':>8} {'|d| quack':>9} {'|d| eng':>8}")
+    for r in rows:
+        print(f"{r['op']:24} {r['M']:>6} {r['engine']:>10.1f} {r['quack']:>9.1f} "
+              f"{r['engine'] / r['quack']:>7.2f}x {r['first_s']:>8.2f} {r['max_diff']:>9.4f} "
+              f"{r['engine_diff']:>8.4f}")
+
+
 LAYERS = 24  # --small-m: weight copies a replay cycles through, so each call reads HBM
 TILES = ((128, 32, 128, 4, 4), (128, 64, 64, 4, 4), (128, 64, 128, 4, 3), (64, 64, 128, 4, 4),
          (64, 32, 128, 4, 5), (64, 32, 256, 4, 3), (32, 64, 128, 4, 4), (32, 32, 256, 4, 4),
@@ -244,23 +253,14 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     tokens = [int(t) for t in args.tokens.split(",")]
     if args.small_m:
-        rows = small_m_cells(tokens)
-        (args.out / "gemm_small_m.json").write_text(json.dumps(rows, indent=1))
-        print_small_m(rows)
-        return 0
-    if args.fp8:
-        rows = fp8_cells(tokens)
-        (args.out / "gemm_fp8.json").write_text(json.dumps(rows, indent=1))
-        print_fp8(rows)
-        return 0
-    rows = cells(tokens, args.tuned)
-    (args.out / "gemm_gpu.json").write_text(json.dumps(rows, indent=1))
-    print(f"\n{'op':24} {'M':>6} {'engine µs':>10} {'QuACK µs':>9} {'speed-up':>8} "
-          f"{'first s':>8} {'|d| quack':>9} {'|d| eng':>8}")
-    for r in rows:
-        print(f"{r['op']:24} {r['M']:>6} {r['engine']:>10.1f} {r['quack']:>9.1f} "
-              f"{r['engine'] / r['quack']:>7.2f}x {r['first_s']:>8.2f} {r['max_diff']:>9.4f} "
-              f"{r['engine_diff']:>8.4f}")
+        measure, name, show = small_m_cells, "gemm_small_m.json", print_small_m
+    elif args.fp8:
+        measure, name, show = fp8_cells, "gemm_fp8.json", print_fp8
+    else:
+        measure, name, show = (lambda t: cells(t, args.tuned)), "gemm_gpu.json", print_quack
+    rows = measure(tokens)
+    (args.out / name).write_text(json.dumps(rows, indent=1))
+    show(rows)
     return 0
 
 
