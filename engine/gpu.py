@@ -183,13 +183,14 @@ class CudaStepper:
 
     def step(self, batch: RaggedBatch) -> LazyTensor:
         """Launch `batch` (validated) and return a LazyTensor of float32 [B, H]."""
-        with torch.inference_mode():
+        # One stream context for the whole launch; the helpers below use the current stream.
+        with torch.inference_mode(), torch.cuda.stream(self.stream):
             try:
                 pooled = self._run(batch)
             except TorchDynamoException as error:
                 self._give_up_compiling(error)
                 pooled = self._run(batch)
-        return LazyTensor.copy_from_device(pooled, self.stream)
+            return LazyTensor.copy_from_device(pooled, self.stream)
 
     def _run(self, feed: RaggedBatch) -> torch.Tensor:
         if self.settings.graphs:
@@ -214,7 +215,7 @@ class CudaStepper:
     def warmup(self) -> None:
         """Compile (when enabled) and capture the hot set; blocks, call before reporting
         ready."""
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.cuda.stream(self.stream):
             try:
                 self.cache.warmup()
             except TorchDynamoException as error:
@@ -245,13 +246,12 @@ class CudaStepper:
 
     def run_eager(self, config: Config | None, feed: RaggedBatch) -> torch.Tensor:
         """Forward + pooling without a graph: at `config`'s static shapes (warming it), or on
-        the unpadded batch when `config` is None (past the grid). Returns float32 [B, H]."""
+        the unpadded batch when `config` is None (past the grid). Returns float32 [B, H].
+        Like `replay`, runs on the current stream: `step` and `warmup` make it the engine's."""
         if config is None:
             return self._run_unpadded(feed)
         static = self._load(config, feed)
-        with torch.cuda.stream(self.stream):
-            out = self._forward(config, static)
-        return out[:feed.num_seqs]
+        return self._forward(config, static)[:feed.num_seqs]
 
     def capture(self, config: Config) -> int:
         static = self._static[config]
@@ -278,8 +278,7 @@ class CudaStepper:
     def replay(self, config: Config, feed: RaggedBatch) -> torch.Tensor:
         static = self._load(config, feed)
         assert static.graph is not None and static.output is not None
-        with torch.cuda.stream(self.stream):
-            static.graph.replay()
+        static.graph.replay()
         return static.output[:feed.num_seqs]
 
     def warmup_feed(self, config: Config) -> RaggedBatch:
@@ -314,13 +313,11 @@ class CudaStepper:
         packed = pack_bucket(feed, config, self.pooling)
         if static is None:
             name = self._attention_name(config)
-            with torch.cuda.stream(self.stream):
-                device_packed = torch.empty(packed.shape, dtype=torch.int32, device=self.device)
+            device_packed = torch.empty(packed.shape, dtype=torch.int32, device=self.device)
             static = _Static(device_packed, name, self._graph_max_seqlen(config))
             self._static[config] = static
             log.debug("%s", fields(event="graph.static", config=str(config), attention=name))
-        with torch.cuda.stream(self.stream):
-            static.packed.copy_(packed, non_blocking=True)
+        static.packed.copy_(packed, non_blocking=True)
         return static
 
     def _forward(self, config: Config, static: _Static) -> torch.Tensor:
@@ -344,14 +341,13 @@ class CudaStepper:
             name = self.chooser.uniform_name_for(b, feed.max_seqlen)
         else:
             name = self.chooser.name_for(b, feed.max_seqlen)
-        with torch.cuda.stream(self.stream):
-            packed = host.to(self.device, non_blocking=True)
-            ids, pos, seq = packed[:t], packed[t:2 * t], packed[2 * t:3 * t]
-            cu, lens = packed[3 * t:3 * t + b + 1], packed[3 * t + b + 1:]
-            # Uncompiled on purpose: past-grid shapes vary freely, and a recompile (tens of
-            # seconds) on a live batch would stall every request behind it.
-            return self._eager_model_and_pool(ids, pos, cu, feed.max_seqlen,
-                                              BACKEND_NAMES.index(name), cu, seq, lens)
+        packed = host.to(self.device, non_blocking=True)
+        ids, pos, seq = packed[:t], packed[t:2 * t], packed[2 * t:3 * t]
+        cu, lens = packed[3 * t:3 * t + b + 1], packed[3 * t + b + 1:]
+        # Uncompiled on purpose: past-grid shapes vary freely, and a recompile (tens of
+        # seconds) on a live batch would stall every request behind it.
+        return self._eager_model_and_pool(ids, pos, cu, feed.max_seqlen,
+                                          BACKEND_NAMES.index(name), cu, seq, lens)
 
 
 def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
