@@ -1,6 +1,7 @@
 """The MLP's products with their epilogues, as the engine runs them against QuACK's fused GEMMs.
 
-    python -P benchmarks/gemm_gpu.py [--out DIR] [--tokens 128,512,...] [--tuned | --fp8 | --small-m]
+    python -P benchmarks/gemm_gpu.py [--out DIR] [--tokens 128,512,...]
+                                     [--tuned | --fp8 | --small-m | --l2]
 
 Runs on a CUDA machine with `quack-kernels`; the numbers in docs/benchmarks.md are one H200.
 Per token count M, bf16, random weights of the real shapes, µs per call as the median of
@@ -25,6 +26,13 @@ against a plain Triton tile GEMM with its bias, the best of a dozen tile shapes,
 reading its weights from HBM as in the model (CUDA-graph replays of 24 calls, each on its own
 copy of the weights, as 24 layers): does a hand-built product beat cuBLAS's floor at M = 128?
 
+With `--l2`, instead: BGE-M3's 24 layers of products at the given token counts as the engine
+runs them (QKV, output + residual, up with the GELU epilogue, down + residual; attention and
+norms left out), one CUDA graph per case: weights cold (24 copies, read from HBM), hot (one
+copy 24 times, so read from L2: the bound for any prefetch), and cold with the next weights
+prefetched into L2 (`cp.async.bulk.prefetch.L2`, which needs no registers and outlives its
+kernel) at three points of each layer. Is a product at M = 128 slow because of HBM?
+
 Each QuACK result is checked against the plain-torch formula first (max |difference| printed).
 Also printed: the first call's time (QuACK compiles a kernel per configuration). Writes
 OUT/gemm_gpu.json and prints a table last.
@@ -32,6 +40,7 @@ OUT/gemm_gpu.json and prints a table last.
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -237,6 +246,93 @@ def print_small_m(rows) -> None:
               f"{r['cublas'] / r['triton']:>7.2f}x  {str(r['tile']):34} {r['max_diff']:.4f}")
 
 
+@triton.jit
+def _prefetch_l2(table, SUB: tl.constexpr, THREADS: tl.constexpr):
+    """Bulk-prefetch segment program_id(1) of `table` (int64 [segments, 2]: address, bytes)
+    into L2, SUB bytes a thread; a hint, so a tail under 16 bytes is skipped."""
+    base = tl.load(table + 2 * tl.program_id(1))
+    nbytes = tl.load(table + 2 * tl.program_id(1) + 1)
+    start = (tl.program_id(0).to(tl.int64) * (SUB * THREADS)
+             + tl.arange(0, THREADS).to(tl.int64) * SUB)
+    size = tl.minimum(tl.maximum(nbytes - start, 0), SUB).to(tl.int32) // 16 * 16
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.gt.s32 p, $2, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r", [base + start, size], dtype=tl.int32, is_pure=False, pack=1)
+
+
+def prefetcher(tensors):
+    """A call that prefetches `tensors` (which must outlive it) into L2, one launch."""
+    sub, threads = 4096, 128
+    table = torch.tensor([[t.data_ptr(), t.numel() * t.element_size()] for t in tensors],
+                         dtype=torch.int64, device="cuda")
+    grid = (triton.cdiv(int(table[:, 1].max()), sub * threads), len(tensors))
+    return lambda: _prefetch_l2[grid](table, SUB=sub, THREADS=threads, num_warps=threads // 32)
+
+
+def l2_cells(tokens: list[int]):
+    """µs for 24 layers of BGE-M3's products: cold, hot, and cold with prefetches."""
+    (_, h, qkv_n), _, (_, _, ff), _ = PRODUCTS[:4]
+
+    def weights(n, k):
+        return torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+
+    layers = [dict(qkv=weights(qkv_n, h), o=weights(h, h), up=weights(ff, h),
+                   down=weights(h, ff), bias=torch.zeros(ff, device="cuda",
+                                                         dtype=torch.bfloat16))
+              for _ in range(LAYERS)]
+    for i, w in enumerate(layers):
+        after = layers[(i + 1) % LAYERS]
+        w["rest"] = prefetcher([w["o"], w["up"], w["down"], after["qkv"]])
+        w["first"], w["second"] = prefetcher([w["o"], w["up"]]), prefetcher([w["down"],
+                                                                                after["qkv"]])
+        w["next"] = prefetcher([after[k] for k in ("qkv", "o", "up", "down")])
+    plans = {  # case: (layers, prefetch at layer start, prefetch after the output product)
+        "cold": (layers, None, None),
+        "hot (L2)": ([layers[0]] * LAYERS, None, None),
+        "prefetch rest of layer + next QKV at start": (layers, "rest", None),
+        "prefetch in two halves": (layers, "first", "second"),
+        "prefetch whole next layer at start": (layers, "next", None)}
+    rows = []
+    for m in tokens:
+        x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
+
+        def forward(plan):
+            ws, at_start, after_out = plan
+            y = x
+            for w in ws:
+                if at_start:
+                    w[at_start]()
+                q = F.linear(y, w["qkv"], w["bias"][:qkv_n])[:, :h]
+                o = F.linear(q, w["o"], w["bias"][:h]) + y
+                if after_out:
+                    w[after_out]()
+                u = torch._addmm_activation(w["bias"], o, w["up"].t(), use_gelu=True)
+                y = F.linear(u, w["down"], w["bias"][:h]) + o
+            return y
+        same = all(torch.equal(forward(plans["cold"]), forward(plan))
+                   for name, plan in plans.items() if name.startswith("prefetch"))
+        times = {name: [] for name in plans}
+        for _ in range(3):  # rounds, cases interleaved
+            for name, plan in plans.items():
+                times[name].append(engine_gpu.graph_time_us(lambda plan=plan: forward(plan)))
+        cold = statistics.median(times["cold"])
+        for name in plans:
+            us = statistics.median(times[name])
+            rows.append(dict(M=m, case=name, us=us, per_layer=us / LAYERS, vs_cold=cold / us,
+                             same_output=same))
+        print(f"M={m} done", flush=True)
+    return rows
+
+
+def print_l2(rows) -> None:
+    print(f"\n{'M':>5} {'case':44} {'µs, 24 layers':>13} {'a layer':>8} {'cold / case':>11}")
+    for r in rows:
+        print(f"{r['M']:>5} {r['case']:44} {r['us']:>13.1f} {r['per_layer']:>8.2f} "
+              f"{r['vs_cold']:>10.2f}x")
+    print("outputs with prefetches equal to cold:", all(r["same_output"] for r in rows))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmark-out"))
@@ -249,10 +345,15 @@ def main() -> int:
     parser.add_argument("--small-m", action="store_true",
                         help="instead: BGE-M3's products, cuBLAS against a plain Triton tile "
                         "GEMM, weights read from HBM (use with --tokens 64,128)")
+    parser.add_argument("--l2", action="store_true",
+                        help="instead: BGE-M3's 24 layers of products with weights in HBM, in "
+                        "L2, and prefetched into L2 ahead (use with --tokens 128,512)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     tokens = [int(t) for t in args.tokens.split(",")]
-    if args.small_m:
+    if args.l2:
+        measure, name, show = l2_cells, "gemm_l2.json", print_l2
+    elif args.small_m:
         measure, name, show = small_m_cells, "gemm_small_m.json", print_small_m
     elif args.fp8:
         measure, name, show = fp8_cells, "gemm_fp8.json", print_fp8
