@@ -272,7 +272,8 @@ def prefetcher(tensors):
 
 def l2_cells(tokens: list[int]):
     """µs for 24 layers of BGE-M3's products: cold, hot, and cold with prefetches."""
-    (_, h, qkv_n), _, (_, _, ff), _ = PRODUCTS[:4]
+    h, qkv_n = PRODUCTS[0][1:]  # BGE-M3's hidden size and QKV width
+    ff = PRODUCTS[2][2]         # and its MLP width
 
     def weights(n, k):
         return torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
@@ -284,8 +285,8 @@ def l2_cells(tokens: list[int]):
     for i, w in enumerate(layers):
         after = layers[(i + 1) % LAYERS]
         w["rest"] = prefetcher([w["o"], w["up"], w["down"], after["qkv"]])
-        w["first"], w["second"] = prefetcher([w["o"], w["up"]]), prefetcher([w["down"],
-                                                                                after["qkv"]])
+        w["first"] = prefetcher([w["o"], w["up"]])
+        w["second"] = prefetcher([w["down"], after["qkv"]])
         w["next"] = prefetcher([after[k] for k in ("qkv", "o", "up", "down")])
     plans = {  # case: (layers, prefetch at layer start, prefetch after the output product)
         "cold": (layers, None, None),
