@@ -14,6 +14,14 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
+from hedgerow.defaults import default_model_path  # noqa: E402
+from hedgerow.errors import ModelLoadError  # noqa: E402
+
+try:  # the checkpoint borrows its tokenizer files
+    default_model_path()
+except ModelLoadError as missing:
+    pytest.skip(str(missing), allow_module_level=True)
+
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.graphs import State  # noqa: E402
