@@ -12,17 +12,16 @@ compares them with Triton products that do:
 - Default: 24 layers of BGE-M3's products at M tokens (QKV with bias; output, then bias +
   residual + LayerNorm; up with bias and GELU; down, then bias + residual + LayerNorm), each
   layer with its own weights (read from HBM, as in the model), one CUDA graph. cuBLAS (with
-  the cuBLASLt GELU epilogue for up) against Triton products, without and with PDL. The Triton
-  products split K over programs where that measured faster and write float32 partial sums
-  that the next kernel adds up (the LayerNorm kernel, or a small sum + bias kernel); with PDL
-  each program first prefetches its own weight slice into L2 (`cp.async.bulk.prefetch.L2`,
-  weights never depend on the previous kernel), then waits. Each product's tile and split are
-  the fastest of a small sweep measured with its consumer; the chain's rounds interleave and
-  its result is checked against the cuBLAS chain (cosine).
+  the cuBLASLt GELU epilogue for up) against the Triton products of kernels/small_products.py,
+  without and with PDL: they split K over programs where that measured faster, into float32
+  partial sums the next kernel adds up, and with PDL each program first prefetches its own
+  weight slice into L2, then waits. Each product's tile and split are the fastest of a small
+  sweep measured with its consumer; the chain's rounds interleave and its result is checked
+  against the cuBLAS chain (cosine).
 - `--engine`: the compiled engine at 1 x M in one process, alternating rounds: Inductor's PDL
   off, on (`TORCHINDUCTOR_ENABLE_PDL=1` for a served engine), and on with the Triton products
-  swapped into every layer (a patch of this benchmark, not an engine setting). Time from `step()` to the
-  embedding on the host, and the graph replay alone (CUDA events).
+  swapped into every layer (a patch of this benchmark, not an engine setting). Time from
+  `step()` to the embedding on the host, and the graph replay alone (CUDA events).
 
 Writes OUT/pdl_gpu.json and prints a table last.
 """
@@ -36,140 +35,27 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 
 from hedgerow.bench import engine_gpu
+from hedgerow.kernels.small_products import Tile, product, product_add_norm
+from hedgerow.kernels.small_products_triton import _add_norm
 
 HIDDEN, QKV, FF, LAYERS, EPS = 1024, 3072, 4096, 24, 1e-5
-PARTIAL, BIAS, GELU = 0, 1, 2  # what a product writes
 
 
-@triton.jit
-def _product(x_ptr, w_ptr, w_address, bias_ptr, out_ptr, M, N, K, x_row_stride, k_per_program,
-             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, OUT: tl.constexpr,
-             PDL: tl.constexpr):
-    """x [M, K] @ w[N, K].T over K slice program_id(2): float32 partials out[s, M, N] (OUT 0)
-    or, unsplit, bf16 with the bias (1) and GELU (2)."""
-    n_block, m_block, k_slice = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    rows = m_block * BM + tl.arange(0, BM)
-    cols = n_block * BN + tl.arange(0, BN)
-    ks = tl.arange(0, BK)
-    k_first = k_slice * k_per_program
-    if PDL:
-        # The weights never depend on the kernel before: start them toward L2, then wait.
-        tl.inline_asm_elementwise(
-            "{ cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
-            [w_address + (cols.to(tl.int64) * K + k_first) * 2,
-             tl.full([BN], 0, tl.int32) + k_per_program * 2],
-            dtype=tl.int32, is_pure=False, pack=1)
-        tl.extra.cuda.gdc_wait()
-    acc = tl.zeros((BM, BN), tl.float32)
-    x_at = x_ptr + rows[:, None] * x_row_stride + (k_first + ks)[None, :]
-    w_at = w_ptr + cols[None, :].to(tl.int64) * K + (k_first + ks)[:, None]
-    for _ in range(0, k_per_program, BK):
-        acc = tl.dot(tl.load(x_at, mask=rows[:, None] < M, other=0.0), tl.load(w_at), acc)
-        x_at += BK
-        w_at += BK
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    inside = (rows[:, None] < M) & (cols[None, :] < N)
-    if OUT == 0:
-        tl.store(out_ptr + k_slice * M * N + rows[:, None] * N + cols[None, :], acc, mask=inside)
-    else:
-        acc += tl.load(bias_ptr + cols)[None, :].to(tl.float32)
-        if OUT == 2:
-            acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
-        tl.store(out_ptr + rows[:, None] * N + cols[None, :], acc.to(tl.bfloat16), mask=inside)
-
-
-@triton.jit
-def _sum_bias(part_ptr, S, bias_ptr, out_ptr, M, N, ACT: tl.constexpr, BLOCK: tl.constexpr,
-              PDL: tl.constexpr):
-    """out = sum of S partials + bias (then GELU when ACT), bf16; one row block a program."""
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    y = tl.load(bias_ptr + cols).to(tl.float32)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    for s in range(S):
-        y += tl.load(part_ptr + s * M * N + row * N + cols)
-    if ACT:
-        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-    tl.store(out_ptr + row * N + cols, y.to(tl.bfloat16))
-
-
-@triton.jit
-def _add_norm(part_ptr, S, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out_ptr, M, eps,
-              N: tl.constexpr, PDL: tl.constexpr):
-    """out = LayerNorm(sum of S partials + bias + residual), one row a program."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, N)
-    gamma = tl.load(gamma_ptr + cols).to(tl.float32)
-    beta = tl.load(beta_ptr + cols).to(tl.float32)
-    y = tl.load(bias_ptr + cols).to(tl.float32)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    for s in range(S):
-        y += tl.load(part_ptr + s * M * N + row * N + cols)
-    y += tl.load(residual_ptr + row * N + cols).to(tl.float32)
-    mean = tl.sum(y, 0) / N
-    centered = y - mean
-    rstd = tl.rsqrt(tl.sum(centered * centered, 0) / N + eps)
-    tl.store(out_ptr + row * N + cols, (centered * rstd * gamma + beta).to(tl.bfloat16))
-
-
-class Tile:
-    """A product's tile (BM x BN x BK), K split and pipeline stages."""
-
-    def __init__(self, bm, bn, bk, split, stages):
-        self.bm, self.bn, self.bk, self.split, self.stages = bm, bn, bk, split, stages
-
-    def __repr__(self):
-        return f"{self.bm}x{self.bn}x{self.bk} split {self.split}"
-
-    def launch(self, x, w, bias, out, kind, pdl):
-        m, k = x.shape
-        n = w.shape[0]
-        _product[(triton.cdiv(n, self.bn), triton.cdiv(m, self.bm), self.split)](
-            x, w, w.data_ptr(), bias, out, m, n, k, x.stride(0), k // self.split, BM=self.bm,
-            BN=self.bn, BK=self.bk, OUT=kind, PDL=pdl, num_warps=4, num_stages=self.stages,
-            launch_pdl=pdl)
-
-
-def product(tile, x, w, bias, gelu, pdl):
-    """bf16 [M, N] = act(x @ w.T + bias) through `tile` (split: partials, then _sum_bias)."""
-    m, n = x.shape[0], w.shape[0]
-    out = x.new_empty((m, n))
-    if tile.split == 1:
-        tile.launch(x, w, bias, out, GELU if gelu else BIAS, pdl)
-        return out
-    part = torch.empty((tile.split, m, n), device=x.device, dtype=torch.float32)
-    tile.launch(x, w, bias, part, PARTIAL, pdl)
-    _sum_bias[(m, n // 1024)](part, tile.split, bias, out, m, n, ACT=gelu, BLOCK=1024, PDL=pdl,
-                              num_warps=4, launch_pdl=pdl)
-    return out
-
-
-def product_add_norm(tile, x, w, bias, residual, gamma, beta, eps, pdl):
-    """bf16 LayerNorm(x @ w.T + bias + residual) through `tile`'s partials."""
-    m, n = x.shape[0], w.shape[0]
-    part = torch.empty((tile.split, m, n), device=x.device, dtype=torch.float32)
-    tile.launch(x, w, bias, part, PARTIAL, pdl)
-    out = residual.new_empty(residual.shape)
-    _add_norm[(m,)](part, tile.split, bias, residual, gamma, beta, out, m, eps, N=n, PDL=pdl,
-                    num_warps=4, launch_pdl=pdl)
-    return out
+def _tile_name(tile: Tile) -> str:
+    return f"{tile.bm}x{tile.bn}x{tile.bk} split {tile.split}"
 
 
 def cublas_add_norm(x, w, bias, residual, gamma, beta, eps):
-    # the LayerNorm kernel is the Triton one, so the two chains differ only in the products
-    y = F.linear(x, w)  # bf16: the kernel adds it as its one "partial"
-    m = x.shape[0]
+    # The LayerNorm kernel is the hand-built products' own, so the two chains differ only in
+    # the products; it adds cuBLAS's bf16 output as its one "partial", with the bias, as
+    # Inductor's kernel does after a product without its bias.
+    y = F.linear(x, w)
+    m, n = y.shape
     out = residual.new_empty(residual.shape)
-    _add_norm[(m,)](y, 1, bias, residual, gamma, beta, out, m, eps, N=w.shape[0],
-                    PDL=False, num_warps=4)
+    _add_norm[(m,)](y, 1, bias, residual, gamma, beta, out, m, n, eps,
+                    BLOCK=triton.next_power_of_2(n), PDL=False, num_warps=4)
     return out
 
 
@@ -203,12 +89,12 @@ def tune(layers, m, name):
         if name in ("o", "down"):
             def run(tile=tile):
                 for layer in layers:
-                    product_add_norm(tile, x, layer[name], layer[name + "_b"], residual,
-                                     layer["g1"], layer["b1"], EPS, True)
+                    product_add_norm(x, layer[name], layer[name + "_b"], residual,
+                                     layer["g1"], layer["b1"], EPS, tile, True)
         else:
             def run(tile=tile):
                 for layer in layers:
-                    product(tile, x, layer[name], layer[name + "_b"], name == "up", True)
+                    product(x, layer[name], layer[name + "_b"], name == "up", tile, True)
         timed.append((engine_gpu.graph_time_us(run, reps=7) / LAYERS, tile))
     timed.sort(key=lambda pair: pair[0])
     return timed[0]
@@ -219,7 +105,7 @@ def chain_cells(m, rounds):
     layers = random_layers()
     best = {name: tune(layers, m, name) for name in ("qkv", "o", "up", "down")}
     for name, (us, tile) in best.items():
-        engine_gpu.log(f"M={m} {name}: {tile}, {us:.2f} us with its consumer (PDL)")
+        engine_gpu.log(f"M={m} {name}: {_tile_name(tile)}, {us:.2f} us with its consumer (PDL)")
     tile = {name: pair[1] for name, pair in best.items()}
     x = torch.randn(m, HIDDEN, device="cuda", dtype=torch.bfloat16)
 
@@ -236,12 +122,12 @@ def chain_cells(m, rounds):
     def hand_built(pdl):
         y = x
         for layer in layers:
-            q = product(tile["qkv"], y, layer["qkv"], layer["qkv_b"], False, pdl)[:, :HIDDEN]
-            h = product_add_norm(tile["o"], q, layer["o"], layer["o_b"], y, layer["g1"],
-                                 layer["b1"], EPS, pdl)
-            u = product(tile["up"], h, layer["up"], layer["up_b"], True, pdl)
-            y = product_add_norm(tile["down"], u, layer["down"], layer["down_b"], h,
-                                 layer["g2"], layer["b2"], EPS, pdl)
+            q = product(y, layer["qkv"], layer["qkv_b"], False, tile["qkv"], pdl)[:, :HIDDEN]
+            h = product_add_norm(q, layer["o"], layer["o_b"], y, layer["g1"], layer["b1"], EPS,
+                                 tile["o"], pdl)
+            u = product(h, layer["up"], layer["up_b"], True, tile["up"], pdl)
+            y = product_add_norm(u, layer["down"], layer["down_b"], h, layer["g2"],
+                                 layer["b2"], EPS, tile["down"], pdl)
         return y
 
     reference = cublas().float()
@@ -253,7 +139,7 @@ def chain_cells(m, rounds):
     for _ in range(rounds):
         for name, fn in cases.items():
             times[name].append(engine_gpu.graph_time_us(fn, reps=7) / LAYERS)
-    return {"tokens": m, "tiles": {k: repr(v) for k, v in tile.items()},
+    return {"tokens": m, "tiles": {k: _tile_name(v) for k, v in tile.items()},
             "tuned_us": {k: round(v[0], 2) for k, v in best.items()},
             "us_per_layer": {k: [round(t, 2) for t in v] for k, v in times.items()},
             "min_cosine_vs_cublas": cosine}
@@ -272,7 +158,7 @@ def patched_layer_forward(tiles_by_name):
                    gelu: bool) -> torch.Tensor:
         if x.shape[0] > 256 or x.shape[0] == 0:
             return F.gelu(F.linear(x, w, b)) if gelu else F.linear(x, w, b)
-        return product(tiles_by_name[name], x, w, b, gelu, True)
+        return product(x, w, b, gelu, tiles_by_name[name], True)
 
     @op_product.register_fake
     def _(x, w, b, name, gelu):
@@ -284,7 +170,7 @@ def patched_layer_forward(tiles_by_name):
                     name: str) -> torch.Tensor:
         if x.shape[0] > 256 or x.shape[0] == 0:
             return F.layer_norm(residual + F.linear(x, w, b), (w.shape[0],), gamma, beta, eps)
-        return product_add_norm(tiles_by_name[name], x, w, b, residual, gamma, beta, eps, True)
+        return product_add_norm(x, w, b, residual, gamma, beta, eps, tiles_by_name[name], True)
 
     @op_add_norm.register_fake
     def _(x, w, b, residual, gamma, beta, eps, name):
