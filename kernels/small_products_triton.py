@@ -18,6 +18,11 @@ _PARTIAL, _BIAS, _GELU = 0, 1, 2
 
 
 @triton.jit
+def _gelu(y):
+    return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+
+
+@triton.jit
 def _product(x_ptr, w_ptr, w_address, bias_ptr, out_ptr, M, N, K, x_row_stride, k_per_program,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, OUT: tl.constexpr,
              ELEMENT_BYTES: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr):
@@ -52,12 +57,27 @@ def _product(x_ptr, w_ptr, w_address, bias_ptr, out_ptr, M, N, K, x_row_stride, 
     inside = (rows[:, None] < M) & (cols[None, :] < N)
     at = rows[:, None].to(tl.int64) * N + cols[None, :]
     if OUT == 0:
-        tl.store(out_ptr + k_slice.to(tl.int64) * M * N + at, acc, mask=inside)
+        tl.store(out_ptr + (k_slice * M).to(tl.int64) * N + at, acc, mask=inside)
     else:
         acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :].to(tl.float32)
         if OUT == 2:
-            acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+            acc = _gelu(acc)
         tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _bias_and_partials(part_ptr, splits, bias_ptr, row, cols, inside, M, N, PDL: tl.constexpr):
+    """bias + the `splits` partial sums at (row, cols), float32. With PDL the wait comes after
+    the bias (a vector no kernel writes) and before the partials."""
+    y = tl.load(bias_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    at = row.to(tl.int64) * N + cols
+    for s in range(splits):
+        y += tl.load(part_ptr + (s * M).to(tl.int64) * N + at, mask=inside,
+                     other=0.0).to(tl.float32)
+    return y
 
 
 @triton.jit
@@ -66,16 +86,10 @@ def _sum_bias(part_ptr, splits, bias_ptr, out_ptr, M, N, GELU: tl.constexpr,
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     inside = cols < N
-    y = tl.load(bias_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    at = row.to(tl.int64) * N + cols
-    for s in range(splits):
-        y += tl.load(part_ptr + s * M * N + at, mask=inside, other=0.0)
+    y = _bias_and_partials(part_ptr, splits, bias_ptr, row, cols, inside, M, N, PDL)
     if GELU:
-        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-    tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=inside)
+        y = _gelu(y)
+    tl.store(out_ptr + row.to(tl.int64) * N + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
@@ -86,13 +100,8 @@ def _add_norm(part_ptr, splits, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out
     inside = cols < N
     gamma = tl.load(gamma_ptr + cols, mask=inside, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    y = tl.load(bias_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    y = _bias_and_partials(part_ptr, splits, bias_ptr, row, cols, inside, M, N, PDL)
     at = row.to(tl.int64) * N + cols
-    for s in range(splits):
-        y += tl.load(part_ptr + s * M * N + at, mask=inside, other=0.0).to(tl.float32)
     y += tl.load(residual_ptr + at, mask=inside, other=0.0).to(tl.float32)
     mean = tl.sum(y, 0) / N
     centered = tl.where(inside, y - mean, 0.0)
