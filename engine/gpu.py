@@ -93,8 +93,11 @@ def pack_bucket(feed: RaggedBatch, config: Config, pooling: str,
     size = 3 * n + 3 * slots + 5
     if out is None:
         packed = torch.empty(size, dtype=torch.int32, pin_memory=torch.cuda.is_available())
-    else:
+    elif out.numel() >= size and out.dtype == torch.int32 and out.device.type == "cpu":
         packed = out[:size]
+    else:
+        raise ValueError(f"{config} needs a host int32 buffer of {size} elements, got "
+                         f"{out.dtype} [{out.numel()}] on {out.device}")
     # numpy slices of one numpy view: six torch slices and their .numpy() took 12 of 20 µs.
     whole = packed.numpy()
     ids, pos, seq, cu, starts, lengths = (whole[where] for where in _bucket_slices(config))

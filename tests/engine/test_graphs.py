@@ -280,6 +280,8 @@ def test_packing_into_a_reused_buffer_matches_a_fresh_image():
         packed = pack_bucket(batch, config, pooling, out=reused)
         assert packed.data_ptr() == reused.data_ptr()
         assert torch.equal(packed, pack_bucket(batch, config, pooling))
+    with pytest.raises(ValueError, match="needs a host int32 buffer of 779 elements"):
+        pack_bucket(batch, Config(2, 256), "mean", out=reused[:100])
 
 
 def test_unpadded_packing_matches_the_host_layout():
