@@ -31,7 +31,9 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      graphs) in each `--variant` (VARIANTS below: `fa2` the engine before FlashAttention 4
      and cuDNN, `auto` the measured table, `auto+gelu` with the GELU epilogue too,
      `auto+gelu+quack` with QuACK's fused MLP products too (the defaults),
-     `max-autotune` Inductor's GEMM templates): gate, compile time, latency, a 16 x 512
+     `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`):
+     gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
+     for FP8), compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
      graph replay launches (count, per layer, each kernel's time) at 1 x 128 and 16 x 512.
      `--compiled-only` skips the uncompiled engine and `transformers` (step 2 but its gate).
@@ -517,7 +519,10 @@ VARIANTS = {
     "auto+gelu": {**_BARE, "gelu_epilogue": True},
     "auto+gelu+quack": {"gelu_epilogue": True, "quack_mlp": True},
     "max-autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
+    "float8": {"gelu_epilogue": True, "quack_mlp": True},
 }
+# Variants whose engine loads in another dtype than bfloat16.
+VARIANT_DTYPES = {"float8": "float8"}
 
 
 def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
@@ -528,12 +533,16 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
     settings = GpuSettings(graph_hot_set=HOT_SET, compile=True, **VARIANTS[variant])
     start = time.perf_counter()
     try:
-        engine = Engine.load(directory, device="cuda", dtype="bfloat16", gpu_settings=settings)
+        dtype = VARIANT_DTYPES.get(variant, "bfloat16")
+        engine = Engine.load(directory, device="cuda", dtype=dtype, gpu_settings=settings)
         vocab = engine.info.vocab_size
-        cosines = []
+        cosines, wide = [], []
         for _ in range(3):
             ours = engine.step(RaggedBatch.from_sequences(gate_seqs)).synchronize()
             cosines.append(torch.nn.functional.cosine_similarity(ours, ref, dim=-1))
+            # the same sequences three times over: past FP8_MIN_TOKENS, FP8's path
+            ours = engine.step(RaggedBatch.from_sequences(gate_seqs * 3)).synchronize()
+            wide.append(torch.nn.functional.cosine_similarity(ours, ref.repeat(3, 1), dim=-1))
         engine.warmup()
     except (RuntimeError, ValueError, TypeError, AssertionError) as error:
         # reported in the results and the table: a variant may not run on this machine
@@ -542,8 +551,9 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
         return
     out["compile_and_warmup_s"] = round(time.perf_counter() - start, 1)
     out["gate_min_cosine"] = round(torch.cat(cosines).min().item(), 6)
-    log(f"{label}: gate min cosine {out['gate_min_cosine']}, compile + warmup "
-        f"{out['compile_and_warmup_s']} s")
+    out["gate_min_cosine_wide"] = round(torch.cat(wide).min().item(), 6)
+    log(f"{label}: gate min cosine {out['gate_min_cosine']} (wide batch "
+        f"{out['gate_min_cosine_wide']}), compile + warmup {out['compile_and_warmup_s']} s")
     for length, iters in ((128, 300), (512, 300), (4096, 60)):
         batch = RaggedBatch.from_sequences(random_sequences([length], vocab, length))
         p50, p99 = time_engine(engine, batch, iters)
@@ -601,6 +611,8 @@ def print_table(results):
                 f"{row.get('hf_bulk', '-'):>18} {targets['bulk']:>8} {met}")
             log(f"{name:11s} {variant + ' gate min cosine':26s} "
                 f"{compiled['gate_min_cosine']:>18}")
+            log(f"{name:11s} {variant + ' gate, wide batch':26s} "
+                f"{compiled['gate_min_cosine_wide']:>18}")
             log(f"{name:11s} {variant + ' compile+warmup s':26s} "
                 f"{compiled['compile_and_warmup_s']:>18}")
             for prof in compiled.get("profile", []):

@@ -6,7 +6,8 @@
 In order, per model shape (random weights of the real shapes in bf16, written by
 benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
 
-0. Start `hedgerow server` on the GPU (bf16, CUDA graphs) and wait for gRPC health SERVING.
+0. Start `hedgerow server` on the GPU (bf16, or `--dtype float8`; CUDA graphs) and wait for
+   gRPC health SERVING.
 1. Correctness gate: the server's embeddings over gRPC against `transformers` in float32 on the
    same weights, one sequence at a time; every cosine must be >= 0.999, else abort before timing.
 2. Chart 1, low-latency embeddings: pre-tokenized batch 1, sequential, 128/512/4096 tokens.
@@ -331,7 +332,7 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
 
     grpc_port, http_port, gw_port = free_port(), free_port(), free_port()
     server_log = out / f"server-{name}.log"
-    dtype = "bfloat16" if args.device == "cuda" else "float32"
+    dtype = args.dtype if args.device == "cuda" else "float32"
     server = start(["server", "--model", str(directory), "--device", args.device, "--dtype",
                     dtype, "--host", "127.0.0.1", "--port", str(grpc_port),
                     "--http-port", str(http_port), "--max-batch-tokens", str(args.max_batch_tokens),
@@ -520,6 +521,9 @@ def main(argv=None) -> int:
                         help="which charts to run, e.g. 3,4 (5: reranking)")
     parser.add_argument("--max-batch-tokens", type=at_least(1), default=8192,
                         help="the server's token budget per batch (bulk cells fill it)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float8"), default="bfloat16",
+                        help="the server's --dtype on a GPU (float8: FP8 products in batches "
+                             "from 2,048 tokens; the gate's single sequences stay bf16)")
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
                              "(numbers meaningless)")

@@ -5,7 +5,8 @@ computes bfloat16 natively). On the CPU: bfloat16 only where the CPU computes it
 (AVX512_BF16 or AMX), a probe shows it faster than float32 on this machine, and its vectors
 stay in the space of float32's (the smallest cosine over the probe set at least MIN_COSINE);
 float32 everywhere else. The probe embeds a fixed set of sequences with both loaded engines,
-interleaving timed runs. It knows nothing about servers; `Engine.load` calls `choose`.
+interleaving timed runs. It knows nothing about servers; `Engine.load` calls `choose`. It
+also says where `--dtype float8` (never chosen by auto) can run: `check_float8_device`.
 """
 
 import logging
@@ -17,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from hedgerow.engine.batch import RaggedBatch
+from hedgerow.errors import ConfigError
 from hedgerow.logs import fields
 
 log = logging.getLogger("hedgerow.engine")
@@ -30,6 +32,27 @@ MIN_SPEEDUP = 1.1
 PROBE_LENGTHS = (9, 32, 128, 61)
 PROBE_ROUNDS = 7
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+FLOAT8 = "float8"
+FP8_CAPABILITY = (8, 9)  # FP8 tensor cores: Ada and Hopper onwards
+# The row count a batch needs for float8's products to run in FP8 (engine/fp8_linear.py): FP8
+# measured faster from 2,048 rows and slower at 512 and below on an H200 (docs/benchmarks.md).
+FP8_MIN_TOKENS = 2048
+
+
+def check_float8_device(device: str, attention: object = None) -> None:
+    """ConfigError unless `--dtype float8` can run here: a CUDA GPU with FP8 tensor cores,
+    through the CUDA step path (no `attention` backend given instead)."""
+    import torch
+
+    if not str(device).startswith("cuda") or attention is not None:
+        raise ConfigError(f"dtype float8 runs on a CUDA GPU's FP8 tensor cores through the "
+                          f"CUDA step path, not on {device}")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < FP8_CAPABILITY:
+        raise ConfigError(f"dtype float8 needs a GPU of compute capability 8.9 or newer (FP8 "
+                          f"tensor cores); {device} is {capability[0]}.{capability[1]}")
 
 
 @dataclass(frozen=True)

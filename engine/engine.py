@@ -66,8 +66,9 @@ def fold_segments(input_ids: np.ndarray, token_type_ids: np.ndarray, vocab_size:
 class Engine:
     """A model ready to embed ragged batches on one device."""
 
-    def __init__(self, loaded: LoadedModel, attention: Attention, gpu: "CudaStepper | None" = None
-                 ) -> None:
+    def __init__(self, loaded: LoadedModel, attention: Attention,
+                 gpu: "CudaStepper | None" = None, dtype: str | None = None) -> None:
+        """`dtype`: the name Info reports when it is not the weights' (float8 keeps bf16 ones)."""
         self._model = loaded.model
         self._head = loaded.head
         self._attention = attention
@@ -85,7 +86,7 @@ class Engine:
             pooling=loaded.pooling,
             normalize=loaded.normalize,
             templates=dict(loaded.templates),
-            dtype=str(loaded.dtype).removeprefix("torch."),
+            dtype=dtype or str(loaded.dtype).removeprefix("torch."),
             device=str(loaded.device),
             task=loaded.task,
             token_types=getattr(loaded.config, "segments", 1),
@@ -100,13 +101,19 @@ class Engine:
         ragged backend; on a CUDA device (and no `attention` given) steps go through the
         CUDA step path of gpu.py, configured by `gpu_settings`. On the CPU, `cpu_linear`
         "onednn" runs dense layers through oneDNN where it works (cpu_linear.py), "torch"
-        keeps torch's default kernels. `dtype` "auto" decides by measuring (dtype_choice.py).
+        keeps torch's default kernels. `dtype` "auto" decides by measuring (dtype_choice.py);
+        "float8" loads bfloat16 and runs the layers' products of wide batches in FP8 on a GPU
+        that has FP8 tensor cores (fp8_linear.py), and is refused elsewhere (ConfigError).
         `task` (embed, rerank, sparse; None: the checkpoint's) must match the checkpoint's."""
         if dtype == "auto":
             return cls._load_auto(path, device, causal=causal, attention=attention,
                                   gpu_settings=gpu_settings, cpu_linear=cpu_linear, task=task)
+        float8 = dtype == dtype_choice.FLOAT8
+        if float8:
+            dtype_choice.check_float8_device(device, attention)
         with step(log, "engine.load", path=str(path), device=device, dtype=dtype):
-            loaded = load_model(path, device=device, dtype=dtype, causal=causal, task=task)
+            loaded = load_model(path, device=device, dtype="bfloat16" if float8 else dtype,
+                                causal=causal, task=task)
             if (loaded.device.type == "cpu" and cpu_linear == "onednn"
                     and onednn_available(loaded.dtype)):
                 swapped = use_onednn_linears(loaded.model)
@@ -116,8 +123,9 @@ class Engine:
         if loaded.device.type == "cuda" and attention is None:
             from hedgerow.engine.gpu import stepper_for
             from hedgerow.gpu_settings import GpuSettings
-            gpu = stepper_for(loaded, gpu_settings or GpuSettings())
-        engine = cls(loaded, attention or CpuRaggedAttention(), gpu)
+            gpu = stepper_for(loaded, gpu_settings or GpuSettings(), float8=float8)
+        engine = cls(loaded, attention or CpuRaggedAttention(), gpu,
+                     dtype=dtype if float8 else None)
         log.info("%s", fields(event="engine.ready", model=engine.info.name,
                               architecture=engine.info.architecture,
                               task=engine.info.task, dimensions=engine.info.dimensions,

@@ -45,6 +45,7 @@ from hedgerow.engine.attention_cuda import (BACKEND_NAMES, UNIFORM_ONLY, Attenti
                                             AttentionTable, routed)
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.cuda_linear import use_gelu_epilogues, use_swiglu_products
+from hedgerow.engine.fp8_linear import FP8_MIN_TOKENS, use_fp8_products
 from hedgerow.engine.graphs import CaptureError, GraphCache
 from hedgerow.engine.lazy import LazyTensor
 from hedgerow.engine.pooling import pool
@@ -359,9 +360,10 @@ class CudaStepper:
 
 
 def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
-                table: AttentionTable | None = None) -> CudaStepper:
+                table: AttentionTable | None = None, float8: bool = False) -> CudaStepper:
     """A CudaStepper for a `loader.LoadedModel` on CUDA (BERT family or Qwen3); `table`
-    replaces the packaged attention table (tests, sweeps)."""
+    replaces the packaged attention table (tests, sweeps); `float8`: the layers' products run
+    in FP8 from FP8_MIN_TOKENS tokens a batch (fp8_linear.py)."""
     if settings.gelu_epilogue:
         swapped = use_gelu_epilogues(loaded.model, settings.quack_mlp)
         log.info("%s", fields(event="engine.gelu_epilogue", layers=swapped,
@@ -370,11 +372,21 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
     if swapped:
         log.info("%s", fields(event="engine.swiglu_product", layers=swapped,
                               quack=settings.quack_mlp))
+    if float8:
+        swapped = use_fp8_products(loaded.model)
+        log.info("%s", fields(event="engine.fp8_products", products=swapped,
+                              from_tokens=FP8_MIN_TOKENS))
     config = loaded.config
     kv_heads = getattr(config, "num_kv_heads", config.num_heads)
     causal = bool(getattr(config, "causal", False))
-    return CudaStepper(loaded.model, pooling=loaded.pooling, max_tokens=loaded.max_tokens,
-                       q_heads=config.num_heads, kv_heads=kv_heads, head_dim=config.head_dim,
-                       causal=causal, device=loaded.device, vocab_size=config.vocab_size,
-                       settings=settings, table=table, head=loaded.head)
+    stepper = CudaStepper(loaded.model, pooling=loaded.pooling, max_tokens=loaded.max_tokens,
+                          q_heads=config.num_heads, kv_heads=kv_heads, head_dim=config.head_dim,
+                          causal=causal, device=loaded.device, vocab_size=config.vocab_size,
+                          settings=settings, table=table, head=loaded.head)
+    wide = stepper.cache.grid.config_for(1, FP8_MIN_TOKENS)
+    if float8 and settings.graphs and wide is not None and wide not in stepper.cache.hot_set:
+        # The compiled forward branches on the row count (Dynamo guards on it), so the first
+        # wide batch compiles again: in the warmup, before SERVING, not on a live request.
+        stepper.cache.hot_set.append(wide)
+    return stepper
 

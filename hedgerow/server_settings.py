@@ -63,8 +63,11 @@ class ServerSettings:
         "float32 with every probe vector within cosine 0.9999 of float32's, else float32 "
         "(the choice and its reason are logged and in Info; the probe costs a second load "
         "of the model). bfloat16/float16 halve weight memory and roughly double GPU "
-        "throughput at a small accuracy cost; float32 is exact.",
-        choices=("auto", "float32", "float16", "bfloat16"),
+        "throughput at a small accuracy cost; float32 is exact. float8 (opt-in, a GPU with "
+        "FP8 tensor cores: compute capability 8.9 or newer): bfloat16, except that the "
+        "layers' matrix products of batches from 2,048 tokens run in FP8 e4m3 with row-wise "
+        "scales; its vectors are a space of their own (docs/engine.md, FP8).",
+        choices=("auto", "float32", "float16", "bfloat16", "float8"),
     )
     cpu_threads: int = setting(
         0,
@@ -183,6 +186,9 @@ class ServerSettings:
                               "the /metrics, /warmup HTTP side each need their own port")
         if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device):
             raise ConfigError(f"--device: {self.device!r} is not cpu, cuda or cuda:N")
+        if self.dtype == "float8" and self.device == "cpu":
+            raise ConfigError("--dtype float8 needs --device cuda: its products run on a GPU's "
+                              "FP8 tensor cores (compute capability 8.9 or newer)")
         self.tls_files()  # a bad certificate file stops the server here, before anything starts
 
     def tls_files(self) -> tls.TlsFiles | None:

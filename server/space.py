@@ -9,7 +9,9 @@ fetched, also the repository and commit it came from (hedgerow/model_source.py).
 hedgerow's fixed probe texts tokenized with the directory's tokenizer.json (a directory without
 one, as the benchmarks' random-weight models may be, is probed with fixed token ids instead),
 embedded through the engine in fixed batches, normalised, each vector rounded to the sides of
-PROBE_PLANES fixed hyperplanes.
+PROBE_PLANES fixed hyperplanes. Under `--dtype float8` each batch is widened with filler to
+FP8_MIN_TOKENS tokens, so the probe and the golden set measure the FP8 path that wide batches
+take (bulk traffic), not the bf16 one of a short batch.
 `measure` runs once, on the engine thread (it steps the engine), before the server serves;
 the weights' digest is started before the engine loads (`start_weights_digest`) and overlaps it.
 `embed_sequences` is also how the golden set and `hedgerow guard record` embed their texts,
@@ -30,7 +32,7 @@ import numpy as np
 from hedgerow import model_source, space
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.checkpoint import weight_files
-from hedgerow.engine.dtype_choice import probe_batch
+from hedgerow.engine.dtype_choice import FLOAT8, FP8_MIN_TOKENS, probe_batch
 from hedgerow.engine.engine import fold_segments
 from hedgerow.engine.pooling import postprocess
 from hedgerow.errors import InvalidInputError, ModelLoadError
@@ -153,7 +155,22 @@ def _rows(engine: Any, batch: Sequence[Sequence[int]], validate: bool = True) ->
     ragged = RaggedBatch.from_sequences(batch)
     if validate:
         engine.validate(ragged)
-    return np.asarray(engine.step(ragged).synchronize().numpy(), np.float32)
+    if engine.info.dtype == FLOAT8:  # the FP8 path of wide batches, bulk traffic's
+        ragged = RaggedBatch.from_sequences(_widened(batch, engine.info.max_tokens))
+    rows = engine.step(ragged).synchronize().numpy()[:len(batch)]
+    return np.asarray(rows, np.float32)
+
+
+def _widened(batch: Sequence[Sequence[int]], longest: int) -> list[Sequence[int]]:
+    """`batch`, then filler sequences (its own ids cycled, at most `longest` tokens each) up to
+    FP8_MIN_TOKENS tokens. FP8 quantizes every row on its own, so the filler moves no real row."""
+    ids = [token for sequence in batch for token in sequence]
+    used, filler = len(ids), []
+    while used < FP8_MIN_TOKENS:
+        length = min(longest, FP8_MIN_TOKENS - used)
+        filler.append((ids * (length // len(ids) + 1))[:length])
+        used += length
+    return [*batch, *filler]
 
 
 def embed_sequences(engine: Any, sequences: Sequence[Sequence[int]]) -> np.ndarray:

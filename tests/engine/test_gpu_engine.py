@@ -75,11 +75,11 @@ def model_dir(request, tmp_path_factory):
     return _write(tmp_path_factory.mktemp(request.param), request.param)
 
 
-def _engine(model_dir, **settings):
+def _engine(model_dir, dtype="bfloat16", **settings):
     defaults = dict(graph_hot_set=(), graph_max_tokens=1024, graph_max_seqs=8,
                     graph_seq_buckets=(1, 2, 4, 8), compile=False)
     defaults.update(settings)
-    return Engine.load(model_dir, device="cuda", dtype="bfloat16",
+    return Engine.load(model_dir, device="cuda", dtype=dtype,
                        gpu_settings=GpuSettings(**defaults))
 
 
@@ -275,3 +275,25 @@ def test_quack_mlp_products_keep_the_embeddings(model_dir):
         expected = _embed(plain, sequences)
         for _ in range(2):
             assert_same_embeddings(_embed(quack, sequences), expected)
+
+
+def test_float8_runs_wide_batches_in_fp8_and_the_rest_in_bf16(model_dir):
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 tensor cores need compute capability 8.9 or newer")
+    plain = _engine(model_dir, graphs=False)
+    short = _sequences([37, 5, 80], seed=21)
+    wide = _sequences([700, 600, 500, 400], seed=22)  # 2,200 tokens: FP8_MIN_TOKENS and up
+    # the compiled path once (compiles are slow): Dynamo guards on the row count, so the
+    # short and the wide bucket each get their own graph
+    compile = "xlmr" in model_dir.name
+    fp8 = _engine(model_dir, dtype="float8", graph_max_tokens=4096, compile=compile)
+    assert fp8.info.dtype == "float8"
+    assert Config(1, 2048) in fp8._gpu.cache.hot_set  # the FP8 side compiles before SERVING
+    for _ in range(3):  # eager, capture + replay, replay
+        assert_same_embeddings(_embed(fp8, short), _embed(plain, short))
+    expected = _embed(plain, wide)
+    for _ in range(3):
+        got = _embed(fp8, wide)
+        cosine = torch.nn.functional.cosine_similarity(got, expected, dim=-1)
+        assert cosine.min().item() >= 0.99, cosine
+        assert not torch.equal(got, expected)  # FP8's rounding, not bf16's

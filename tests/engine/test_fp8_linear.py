@@ -1,0 +1,164 @@
+"""FP8 products (engine/fp8_linear.py, `--dtype float8`) on the CPU: torch runs
+`torch._scaled_mm` with row-wise scales there too, so the quantization, both paths of the
+wrapper, the model rewrite and the refusals are checked here; on a GPU (the FP8 tensor cores,
+the compiled and captured engine) in tests/engine/test_gpu_engine.py."""
+
+import pytest
+import torch
+from torch import nn
+
+from hedgerow.engine.attention import CpuRaggedAttention
+from hedgerow.engine.cuda_linear import LinearGelu, LinearSwiGLU, use_gelu_epilogues
+from hedgerow.engine.fp8_linear import (FP8, FP8_MAX, Fp8Linear, quantize_rows,
+                                        use_fp8_products)
+from hedgerow.engine.models.bert import BertConfig, BertModel, MaskedLM
+from hedgerow.errors import ConfigError
+
+
+def _relative_error(got, expected):
+    return ((got.float() - expected.float()).norm() / expected.float().norm()).item()
+
+
+def test_each_row_uses_the_whole_e4m3_range():
+    torch.manual_seed(0)
+    x = torch.randn(37, 48, dtype=torch.bfloat16) * torch.logspace(-3, 3, 37)[:, None]
+    values, scales = quantize_rows(x)
+    assert values.dtype == FP8 and scales.dtype == torch.float32 and scales.shape == (37, 1)
+    assert torch.equal(values.float().abs().amax(dim=1), torch.full((37,), FP8_MAX))
+    # e4m3 keeps 3 mantissa bits: each element within 1/16 of itself, or of the row's smallest
+    # normal step for tiny ones
+    back = values.float() * scales
+    assert ((back - x.float()).abs() <= x.float().abs() / 16 + scales * 2 ** -6).all()
+
+
+def test_a_zero_row_stays_zero_and_a_non_finite_row_stays_non_finite():
+    x = torch.zeros(3, 16)
+    x[1, 4] = 1.0
+    x[2, 0] = float("inf")
+    values, scales = quantize_rows(x)
+    assert torch.equal(values[0].float(), torch.zeros(16)) and scales[0].item() > 0
+    assert values[1, 4].float().item() == FP8_MAX
+    assert not torch.isfinite(values[2].float() * scales[2]).all()
+
+
+def _linear(k=64, n=48, bias=True, seed=1):
+    torch.manual_seed(seed)
+    return nn.Linear(k, n, bias=bias).to(torch.bfloat16)
+
+
+def test_below_its_row_count_the_wrapper_is_the_module_it_wraps():
+    linear = _linear()
+    wrapped = Fp8Linear(linear, min_tokens=64)
+    x = torch.randn(63, 64, dtype=torch.bfloat16)
+    assert torch.equal(wrapped(x), linear(x))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_from_its_row_count_the_product_runs_in_fp8(bias):
+    linear = _linear(bias=bias)
+    wrapped = Fp8Linear(linear, min_tokens=64)
+    x = torch.randn(97, 64, dtype=torch.bfloat16)  # an odd row count
+    got = wrapped(x)
+    expected = nn.functional.linear(x.float(), linear.weight.float(),
+                                    None if linear.bias is None else linear.bias.float())
+    assert got.dtype == torch.bfloat16 and got.shape == (97, 48)
+    error = _relative_error(got, expected)
+    assert 0.004 < error < 0.06  # FP8's rounding: not bf16's (about 0.003), not a wrong answer
+    # the same rows as the first rows of a bigger batch: row-wise scales, so row by row alike
+    torch.testing.assert_close(wrapped(torch.cat((x, x)))[:97], got)
+
+
+def test_the_compiled_wrapper_takes_each_path_by_the_row_count():
+    """One dynamic-shape compile per side of the row count (Dynamo guards on it), each the
+    same as eager: the quantization is plain torch that Inductor compiles with the product."""
+    wrapped = Fp8Linear(_linear(), min_tokens=64)
+    compiled = torch.compile(wrapped, dynamic=True, fullgraph=True)
+    for rows in (10, 30, 70, 100):
+        x = torch.randn(rows, 64, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            torch.testing.assert_close(compiled(x), wrapped(x), rtol=0, atol=0)
+
+
+def test_a_gelu_epilogue_keeps_its_tanh_gelu_on_the_fp8_path():
+    linear = _linear(n=32)
+    wrapped = Fp8Linear(LinearGelu(linear), min_tokens=16)
+    x = torch.randn(40, 64, dtype=torch.bfloat16)
+    expected = nn.functional.gelu(linear(x).float(), approximate="tanh")
+    assert _relative_error(wrapped(x), expected) < 0.06
+    assert torch.equal(wrapped(x[:15]), LinearGelu(linear)(x[:15]))
+
+
+def test_a_weight_whose_sides_are_not_multiples_of_16_is_refused():
+    with pytest.raises(ValueError, match="multiples of 16, got \\(40, 64\\)"):
+        Fp8Linear(_linear(n=40))
+
+
+def _bert(layers=2, act="gelu_pytorch_tanh"):
+    torch.manual_seed(3)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_layers=layers, num_heads=2,
+                        intermediate_size=64, max_position_embeddings=80, hidden_act=act)
+    return BertModel(config).to(torch.bfloat16).eval()
+
+
+def _forward(model, tokens=70):
+    torch.manual_seed(4)
+    ids = torch.randint(0, 50, (tokens,))
+    cu = torch.tensor([0, 30, tokens], dtype=torch.int32)
+    pos = torch.cat((torch.arange(30), torch.arange(tokens - 30)))
+    with torch.inference_mode():
+        return model(ids, pos, cu, tokens - 30, CpuRaggedAttention()).float()
+
+
+def test_the_rewrite_wraps_each_layer_product_and_keeps_the_model():
+    model = _bert(layers=3)
+    before = _forward(model)
+    use_gelu_epilogues(model)
+    assert use_fp8_products(model, min_tokens=64) == 12  # qkv, output, up, down per layer
+    layer = model.layers[0]
+    assert all(isinstance(m, Fp8Linear) for m in (layer.qkv, layer.attn_out, layer.up,
+                                                  layer.down))
+    assert isinstance(layer.up.inner, LinearGelu)
+    after = _forward(model)  # 70 tokens: every product in FP8
+    cosine = nn.functional.cosine_similarity(after, before, dim=-1)
+    assert cosine.min().item() > 0.99
+    assert not torch.equal(after, before)
+    torch.testing.assert_close(_forward(model, tokens=60), _forward(_bert(layers=3), 60),
+                               rtol=2e-2, atol=2e-2)  # under 64 tokens: the bf16 modules
+    assert use_fp8_products(model) == 0  # nothing left to wrap
+
+
+def test_a_gelu_pair_without_its_epilogue_wraps_the_product_alone():
+    model = _bert(layers=1, act="gelu")
+    assert use_fp8_products(model, min_tokens=1) == 4
+    up = model.layers[0].up
+    assert isinstance(up, nn.Sequential) and isinstance(up[0], Fp8Linear)
+    assert isinstance(up[1], nn.GELU)
+
+
+def test_heads_and_embeddings_stay_bf16():
+    model = MaskedLM(_bert(layers=1))
+    assert use_fp8_products(model, min_tokens=1) == 4
+    assert type(model.decoder) is nn.Linear and type(model.transform[0]) is nn.Linear
+
+
+def test_qwen3_keeps_its_fused_swiglu_product():
+    from hedgerow.engine.cuda_linear import use_swiglu_products
+    from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
+
+    config = Qwen3Config(vocab_size=50, hidden_size=32, num_layers=2, num_heads=2,
+                         num_kv_heads=1, head_dim=16, intermediate_size=48,
+                         max_position_embeddings=32)
+    model = Qwen3Model(config).to(torch.bfloat16)
+    use_swiglu_products(model)
+    assert use_fp8_products(model, min_tokens=1) == 6  # qkv, o_proj, down
+    assert isinstance(model.layers[0].gate_up, LinearSwiGLU)
+
+
+def test_float8_is_refused_off_a_gpu():
+    from hedgerow.engine.dtype_choice import check_float8_device
+    from hedgerow.server_settings import ServerSettings
+
+    with pytest.raises(ConfigError, match="--dtype float8 needs --device cuda"):
+        ServerSettings(dtype="float8", device="cpu")
+    with pytest.raises(ConfigError, match="not on cpu"):
+        check_float8_device("cpu")
