@@ -46,10 +46,12 @@ def check_float8_device(device: str, attention: object = None) -> None:
     through the CUDA step path (no `attention` backend given instead)."""
     import torch
 
+    from hedgerow.engine.loader import checked_device
+
     if not str(device).startswith("cuda") or attention is not None:
         raise ConfigError(f"dtype float8 runs on a CUDA GPU's FP8 tensor cores through the "
                           f"CUDA step path, not on {device}")
-    capability = torch.cuda.get_device_capability(device)
+    capability = torch.cuda.get_device_capability(checked_device(device))  # ModelLoadError
     if capability < FP8_CAPABILITY:
         raise ConfigError(f"dtype float8 needs a GPU of compute capability 8.9 or newer (FP8 "
                           f"tensor cores); {device} is {capability[0]}.{capability[1]}")

@@ -52,7 +52,9 @@ class LoadedModel:
     device: torch.device
 
 
-def _device(name: str | torch.device) -> torch.device:
+def checked_device(name: str | torch.device) -> torch.device:
+    """The device `name` names, with CUDA's index filled in; ModelLoadError when it names none,
+    or CUDA that this machine does not have."""
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -168,7 +170,7 @@ def _load_model(directory: Path, device: str | torch.device, dtype: str,
         raise ModelLoadError(f"no config.json in {directory}: not a Hugging Face model directory")
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
-    torch_dtype, device = DTYPES[dtype], _device(device)
+    torch_dtype, device = DTYPES[dtype], checked_device(device)
     hf = read_object(config_path)
     model_type = hf.get("model_type")
     if model_type not in convert.SUPPORTED:

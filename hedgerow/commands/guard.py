@@ -71,8 +71,9 @@ class RecordSettings:
     dtype: str = setting(
         "float32",
         "Compute dtype. float32 records the most exact vectors; with --fingerprint-only, record "
-        "in the dtype the servers run, whose fingerprint differs from float32's.",
-        choices=("float32", "bfloat16", "float16", "auto"))
+        "in the dtype the servers run, whose fingerprint differs from float32's (float8 needs "
+        "--device cuda on a GPU with FP8 tensor cores, as the servers do).",
+        choices=("float32", "bfloat16", "float16", "auto", "float8"))
     input_type: str | None = setting(
         None, "Embed every golden text with the model's template for this input type (the "
         "gateway's input_type); unset applies none.", choices=golden_set.INPUT_TYPES)

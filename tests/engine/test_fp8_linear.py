@@ -12,7 +12,7 @@ from hedgerow.engine.cuda_linear import LinearGelu, LinearSwiGLU, use_gelu_epilo
 from hedgerow.engine.fp8_linear import (FP8, FP8_MAX, Fp8Linear, quantize_rows,
                                         use_fp8_products)
 from hedgerow.engine.models.bert import BertConfig, BertModel, MaskedLM
-from hedgerow.errors import ConfigError
+from hedgerow.errors import ConfigError, ModelLoadError
 
 
 def _relative_error(got, expected):
@@ -162,3 +162,6 @@ def test_float8_is_refused_off_a_gpu():
         ServerSettings(dtype="float8", device="cpu")
     with pytest.raises(ConfigError, match="not on cpu"):
         check_float8_device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="CUDA is not available here"):
+            check_float8_device("cuda")
