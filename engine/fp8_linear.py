@@ -19,8 +19,8 @@ in float32 by the FP8 tensor cores.
 
 Vectors are a different space from bf16's (hedgerow/space.py: the dtype is among the facts a
 fingerprint digests), and within it a text's vector depends on the batch it rides in more than
-in bf16: batches under FP8_MIN_TOKENS tokens take the bf16 path. docs/engine.md says what the
-golden-set guard and the gate make of it. Only the layers' products are wrapped (not
+in bf16: batches under FP8_MIN_TOKENS tokens take the bf16 path. docs/gpu.md ("FP8 products")
+says what the golden-set guard and the gate make of it. Only the layers' products are wrapped (not
 embeddings, norms or heads), and only those whose sides are multiples of 16 (`_scaled_mm`'s
 rule). This module knows nothing about architectures.
 """
