@@ -31,6 +31,8 @@ BENCHMARKS = {
     "peer-infinity": ("peer_infinity", "the local stack against Infinity on the same model"),
     "rerank-cpu": ("rerank_cpu", "end-to-end /v1/rerank latency and pairs/s, cosine or a "
                                  "cross-encoder (CPU, or --device cuda)"),
+    "fp8-gate": ("fp8_gate", "how far --dtype float8 moves a model's vectors from float32's "
+                             "(CPU, or --device cuda)"),
     "engine-gpu": ("engine_gpu", "GPU engine alone against transformers (CUDA)"),
     "serving-gpu": ("serving_gpu", "the seed's four charts and a rerank chart through server "
                                    "and gateway (CUDA)"),

@@ -102,3 +102,11 @@ def test_server_benchmark_times_a_sparse_models_embed_sparse_calls(subprocess_en
         stop(server)
     assert f"server {address}, EmbedSparse calls, batch 1, 16 tokens per request" in table
     assert any(line.split()[:2] == ["concurrent", "16"] for line in table.splitlines()), table
+
+
+def test_fp8_gate_benchmark_measures_float8_against_float32(subprocess_env):
+    table = run_benchmark(subprocess_env, "fp8-gate")
+    assert "all-MiniLM-L6-v2, 32 probe texts, cpu: cosine to float32" in table
+    rows = {line.split()[0]: [float(cell) for cell in line.split()[1:]]
+            for line in table.splitlines() if line.startswith(("bfloat16 ", "float8 "))}
+    assert rows["bfloat16"][0] > 0.9999 > rows["float8"][0] > 0.99, table

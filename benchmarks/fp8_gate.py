@@ -1,0 +1,77 @@
+"""FP8's gate: how far `--dtype float8`'s products move a model's vectors from float32's.
+
+    .venv/bin/python -P benchmarks/fp8_gate.py [--model DIR] [--device cpu]
+
+Embeds Hedgerow's 32 probe texts (hedgerow/probe_texts.txt) with the model's own tokenizer in
+one batch through the model's forward pass: in float32 (the reference), in bfloat16 as the GPU
+engine runs it (with the GELU epilogue's tanh GELU where the model has a GELU), and the same
+with every layer product in FP8 e4m3 with row-wise scales (engine/fp8_linear.py, at every
+batch size). Prints each one's smallest and median cosine to float32. torch runs
+`_scaled_mm` on the CPU too, on the same e4m3 values and scales with float32 sums, so the CPU
+gives the GPU's numbers to within summation order; `--device cuda` runs it on the FP8 tensor
+cores (compute capability 8.9 or newer). The compiled engine with its graphs is gated by
+`benchmarks/engine_gpu.py --variant float8` (random weights of the real shapes).
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from hedgerow.defaults import default_model_path
+from hedgerow.engine.attention import CpuRaggedAttention
+from hedgerow.engine.batch import RaggedBatch
+from hedgerow.engine.cuda_linear import use_gelu_epilogues
+from hedgerow.engine.fp8_linear import use_fp8_products
+from hedgerow.engine.loader import load_model
+from hedgerow.engine.pooling import pool
+from hedgerow.engine.positions import token_layout
+from hedgerow.space import probe_texts
+from hedgerow.tokenizer_file import encode_texts, load_tokenizer
+
+VARIANTS = ("float32", "bfloat16", "float8")
+
+
+def pooled(directory: Path, device: str, variant: str) -> tuple[str, torch.Tensor]:
+    """The model's name and the probe texts' pooled rows, float32 [32, D], through
+    `variant`'s forward pass."""
+    loaded = load_model(directory, device=device,
+                        dtype="float32" if variant == "float32" else "bfloat16")
+    if variant != "float32":
+        use_gelu_epilogues(loaded.model)
+    if variant == "float8":
+        use_fp8_products(loaded.model, min_tokens=1)
+    ids = encode_texts(load_tokenizer(directory), probe_texts(), "", loaded.max_tokens,
+                       loaded.config.vocab_size)
+    batch = RaggedBatch.from_sequences(ids)
+    layout = token_layout(batch.cu_seqlens)
+    on = lambda tensor: tensor.to(device)  # noqa: E731
+    with torch.inference_mode():
+        # per-sequence SDPA in plain torch: the same attention on either device, float32 too
+        hidden = loaded.model(on(batch.input_ids), on(layout.position_ids),
+                              on(batch.cu_seqlens), batch.max_seqlen, CpuRaggedAttention())
+        rows = pool(hidden, on(batch.cu_seqlens), on(layout.seq_index), on(layout.lengths),
+                    loaded.pooling, loaded.max_tokens)
+    return loaded.name, rows[:len(ids)].float().cpu()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a model directory (default: the packaged all-MiniLM-L6-v2)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    args = parser.parse_args(argv)
+    directory = args.model or default_model_path()
+    rows = {}
+    for variant in VARIANTS:
+        name, rows[variant] = pooled(directory, args.device, variant)
+    print(f"\n{name}, {len(rows['float32'])} probe texts, {args.device}: cosine to float32")
+    print(f"{'variant':10} {'min':>9} {'median':>9}")
+    for variant in VARIANTS[1:]:
+        cosine = torch.nn.functional.cosine_similarity(rows[variant], rows["float32"], dim=-1)
+        print(f"{variant:10} {cosine.min().item():>9.6f} {cosine.median().item():>9.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
