@@ -55,9 +55,9 @@ def test_the_kernels_match_their_references(m, k, n, tile, dtype, pdl):
 @pytest.mark.parametrize("pdl", PDL)
 def test_a_misaligned_weight_and_a_strided_input(pdl):
     x, w, b, residual, g, beta = _inputs(9, 1025, 300, torch.bfloat16)
-    weight = w[:, 1:]              # every row starts 2 bytes off 16: no prefetch
+    weight = w                     # rows 2,050 bytes apart, not a 16-byte multiple: no prefetch
     wide = torch.cat([x, x, x], 1)
-    strided = wide[:, 1025:2049]   # row stride 3,075
+    strided = wide[:, 1025:2050]   # row stride 3,075
     for got, want in ((product(strided, weight, b, False, None, pdl),
                        reference_product(strided, weight, b)),
                       (product_add_norm(strided, weight, b, residual, g, beta, 1e-5, None, pdl),
