@@ -363,7 +363,10 @@ def _server() -> dict:
                rule("!has(self.priorityClassName) || !has(self.podTemplate) || "
                     "!has(self.podTemplate.priorityClassName)",
                     "give server.priorityClassName or server.podTemplate.priorityClassName, "
-                    "not both")),
+                    "not both"),
+               rule("self.gpus > 0 || self.dtype != 'float8'",
+                    "server.dtype float8 runs on a GPU's FP8 tensor cores: give server.gpus 1, "
+                    "or another dtype")),
     )
 
 
