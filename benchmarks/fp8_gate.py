@@ -2,11 +2,12 @@
 
     .venv/bin/python -P benchmarks/fp8_gate.py [--model DIR] [--device cpu]
 
-Embeds Hedgerow's 32 probe texts (hedgerow/probe_texts.txt) with the model's own tokenizer in
-one batch through the model's forward pass: in float32 (the reference), in bfloat16 as the GPU
-engine runs it (with the GELU epilogue's tanh GELU where the model has a GELU), and the same
-with every layer product in FP8 e4m3 with row-wise scales (engine/fp8_linear.py, at every
-batch size). Prints each one's smallest and median cosine to float32. torch runs
+Embeds Hedgerow's 32 probe texts (hedgerow/probe_texts.txt) in one batch through the model's
+forward pass, with the model's own tokenizer (a directory without one, as the random-weight
+shapes of benchmarks/models.py are, borrows the packaged model's): in float32 (the reference),
+in bfloat16 with the GPU engine's rewrites (the GELU epilogue's tanh GELU, the fused SwiGLU
+product), and the same with the layer products FP8 takes in e4m3 with row-wise scales
+(engine/fp8_linear.py, at every batch size). Prints each one's smallest and median cosine to float32. torch runs
 `_scaled_mm` on the CPU too, on the same e4m3 values and scales with float32 sums, so the CPU
 gives the GPU's numbers to within summation order; `--device cuda` runs it on the FP8 tensor
 cores (compute capability 8.9 or newer). The compiled engine with its graphs is gated by
@@ -21,13 +22,13 @@ import torch
 from hedgerow.defaults import default_model_path
 from hedgerow.engine.attention import CpuRaggedAttention
 from hedgerow.engine.batch import RaggedBatch
-from hedgerow.engine.cuda_linear import use_gelu_epilogues
+from hedgerow.engine.cuda_linear import use_gelu_epilogues, use_swiglu_products
 from hedgerow.engine.fp8_linear import use_fp8_products
 from hedgerow.engine.loader import load_model
 from hedgerow.engine.pooling import pool
 from hedgerow.engine.positions import token_layout
 from hedgerow.space import probe_texts
-from hedgerow.tokenizer_file import encode_texts, load_tokenizer
+from hedgerow.tokenizer_file import TOKENIZER_FILE, encode_texts, load_tokenizer
 
 VARIANTS = ("float32", "bfloat16", "float8")
 
@@ -37,12 +38,14 @@ def pooled(directory: Path, device: str, variant: str) -> tuple[str, torch.Tenso
     `variant`'s forward pass."""
     loaded = load_model(directory, device=device,
                         dtype="float32" if variant == "float32" else "bfloat16")
-    if variant != "float32":
+    if variant != "float32":  # as engine/gpu.py's stepper_for rewrites a model
         use_gelu_epilogues(loaded.model)
+        use_swiglu_products(loaded.model)
     if variant == "float8":
         use_fp8_products(loaded.model, min_tokens=1)
-    ids = encode_texts(load_tokenizer(directory), probe_texts(), "", loaded.max_tokens,
-                       loaded.config.vocab_size)
+    has_tokenizer = (directory / TOKENIZER_FILE).is_file()
+    tokenizer = load_tokenizer(directory if has_tokenizer else default_model_path())
+    ids = encode_texts(tokenizer, probe_texts(), "", loaded.max_tokens, loaded.config.vocab_size)
     batch = RaggedBatch.from_sequences(ids)
     layout = token_layout(batch.cu_seqlens)
     on = lambda tensor: tensor.to(device)  # noqa: E731
