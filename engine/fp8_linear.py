@@ -21,8 +21,8 @@ Vectors are a different space from bf16's (hedgerow/space.py: the dtype is among
 fingerprint digests), and within it a text's vector depends on the batch it rides in more than
 in bf16: batches under FP8_MIN_TOKENS tokens take the bf16 path. docs/gpu.md ("FP8 products")
 says what the golden-set guard and the gate make of it. Only the layers' products are wrapped (not
-embeddings, norms or heads), and only those whose sides are multiples of 16 (`_scaled_mm`'s
-rule). This module knows nothing about architectures.
+embeddings, norms or heads), only those whose sides are multiples of 16 (`_scaled_mm`'s rule),
+and not those named in KEPT_BF16; of the architectures this module knows only those names.
 """
 
 import torch
@@ -33,6 +33,12 @@ from hedgerow.engine.dtype_choice import FP8_MIN_TOKENS
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
+# The products that read the attention's output (BertLayer's, Qwen3Layer's) stay bf16: that
+# output comes from the attention kernels, a custom op, so its quantization cannot fuse into
+# them and costs a pass of its own (about 7 µs at 8,192 x 1,024), more than FP8 saves on BGE-M3's
+# output product (28.0 -> 22.4 µs); and it carries a quarter of FP8's error (BGE-M3's random
+# shape: smallest cosine to float32 0.9894 with it in FP8, 0.9914 without; docs/benchmarks.md).
+KEPT_BF16 = ("attn_out", "o_proj")
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,8 +92,8 @@ def _wrappable(child: nn.Module) -> bool:
 
 def use_fp8_products(model: nn.Module, min_tokens: int = FP8_MIN_TOKENS) -> int:
     """Wrap, in place, every plain or GELU-epilogue product inside `model`'s `layers` (the
-    transformer blocks; embeddings and heads stay as they are) in an Fp8Linear; returns how
-    many. Call after the bf16 rewrites (cuda_linear.py), whose modules become the small-batch
+    transformer blocks; embeddings and heads stay as they are) but those named in KEPT_BF16
+    in an Fp8Linear; returns how many. Call after the bf16 rewrites (cuda_linear.py), whose modules become the small-batch
     path; products fused with SwiGLU keep their bf16 path at every size."""
     wrapped = 0
     for name, child in list(model.named_children()):
@@ -101,6 +107,8 @@ def use_fp8_products(model: nn.Module, min_tokens: int = FP8_MIN_TOKENS) -> int:
 def _wrap_products(module: nn.Module, min_tokens: int) -> int:
     wrapped = 0
     for name, child in list(module.named_children()):
+        if name in KEPT_BF16:
+            continue
         if _wrappable(child):
             setattr(module, name, Fp8Linear(child, min_tokens))
             wrapped += 1
