@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from hedgerow.engine.attention import CpuRaggedAttention
-from hedgerow.engine.cuda_linear import LinearGelu, LinearSwiGLU, use_gelu_epilogues
+from hedgerow.engine.cuda_linear import LinearSwiGLU, use_gelu_epilogues
 from hedgerow.engine.fp8_linear import (FP8, FP8_MAX, Fp8Linear, quantize_rows,
                                         use_fp8_products)
 from hedgerow.engine.models.bert import BertConfig, BertModel, MaskedLM
@@ -79,15 +79,6 @@ def test_the_compiled_wrapper_takes_each_path_by_the_row_count():
             torch.testing.assert_close(compiled(x), wrapped(x), rtol=0, atol=0)
 
 
-def test_a_gelu_epilogue_keeps_its_tanh_gelu_on_the_fp8_path():
-    linear = _linear(n=32)
-    wrapped = Fp8Linear(LinearGelu(linear), min_tokens=16)
-    x = torch.randn(40, 64, dtype=torch.bfloat16)
-    expected = nn.functional.gelu(linear(x).float(), approximate="tanh")
-    assert _relative_error(wrapped(x), expected) < 0.06
-    assert torch.equal(wrapped(x[:15]), LinearGelu(linear)(x[:15]))
-
-
 def test_a_weight_whose_sides_are_not_multiples_of_16_is_refused():
     with pytest.raises(ValueError, match="multiples of 16, got \\(40, 64\\)"):
         Fp8Linear(_linear(n=40))
@@ -109,16 +100,15 @@ def _forward(model, tokens=70):
         return model(ids, pos, cu, tokens - 30, CpuRaggedAttention()).float()
 
 
-def test_the_rewrite_wraps_each_layer_product_and_keeps_the_model():
+def test_the_rewrite_wraps_each_layers_qkv_product_and_keeps_the_model():
     model = _bert(layers=3)
     before = _forward(model)
     use_gelu_epilogues(model)
-    assert use_fp8_products(model, min_tokens=64) == 9  # qkv, up, down per layer
-    layer = model.layers[0]
-    assert all(isinstance(m, Fp8Linear) for m in (layer.qkv, layer.up, layer.down))
-    assert type(layer.attn_out) is nn.Linear  # it reads the attention's output: KEPT_BF16
-    assert isinstance(layer.up.inner, LinearGelu)
-    after = _forward(model)  # 70 tokens: every product in FP8
+    assert use_fp8_products(model, min_tokens=64) == 3
+    for layer in model.layers:
+        assert isinstance(layer.qkv, Fp8Linear)
+        assert type(layer.attn_out) is nn.Linear and type(layer.down) is nn.Linear
+    after = _forward(model)  # 70 tokens: the QKV products in FP8
     cosine = nn.functional.cosine_similarity(after, before, dim=-1)
     assert cosine.min().item() > 0.99
     assert not torch.equal(after, before)
@@ -127,21 +117,13 @@ def test_the_rewrite_wraps_each_layer_product_and_keeps_the_model():
     assert use_fp8_products(model) == 0  # nothing left to wrap
 
 
-def test_a_gelu_pair_without_its_epilogue_wraps_the_product_alone():
-    model = _bert(layers=1, act="gelu")
-    assert use_fp8_products(model, min_tokens=1) == 3
-    up = model.layers[0].up
-    assert isinstance(up, nn.Sequential) and isinstance(up[0], Fp8Linear)
-    assert isinstance(up[1], nn.GELU)
-
-
 def test_heads_and_embeddings_stay_bf16():
     model = MaskedLM(_bert(layers=1))
-    assert use_fp8_products(model, min_tokens=1) == 3
+    assert use_fp8_products(model, min_tokens=1) == 1
     assert type(model.decoder) is nn.Linear and type(model.transform[0]) is nn.Linear
 
 
-def test_qwen3_keeps_its_fused_swiglu_product_and_its_output_product():
+def test_qwen3s_qkv_products_are_wrapped_and_nothing_else():
     from hedgerow.engine.cuda_linear import use_swiglu_products
     from hedgerow.engine.models.qwen3 import Qwen3Config, Qwen3Model
 
@@ -150,9 +132,17 @@ def test_qwen3_keeps_its_fused_swiglu_product_and_its_output_product():
                          max_position_embeddings=32)
     model = Qwen3Model(config).to(torch.bfloat16)
     use_swiglu_products(model)
-    assert use_fp8_products(model, min_tokens=1) == 4  # qkv, down
-    assert isinstance(model.layers[0].gate_up, LinearSwiGLU)
-    assert type(model.layers[0].o_proj) is nn.Linear
+    assert use_fp8_products(model, min_tokens=1) == 2
+    layer = model.layers[0]
+    assert isinstance(layer.qkv, Fp8Linear) and layer.qkv.inner.bias is None
+    assert isinstance(layer.gate_up, LinearSwiGLU)
+    assert type(layer.o_proj) is nn.Linear and type(layer.down) is nn.Linear
+
+
+def test_a_layer_whose_qkv_sides_do_not_fit_stays_bf16():
+    config = BertConfig(vocab_size=50, hidden_size=24, num_layers=1, num_heads=2,
+                        intermediate_size=64, max_position_embeddings=80)
+    assert use_fp8_products(BertModel(config), min_tokens=1) == 0  # qkv [72, 24]
 
 
 def test_float8_is_refused_off_a_gpu():
