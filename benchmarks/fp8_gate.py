@@ -23,10 +23,8 @@ from hedgerow.defaults import default_model_path
 from hedgerow.engine.attention import CpuRaggedAttention
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.cuda_linear import use_gelu_epilogues, use_swiglu_products
+from hedgerow.engine.engine import Engine
 from hedgerow.engine.fp8_linear import use_fp8_products
-from hedgerow.engine.loader import load_model
-from hedgerow.engine.pooling import pool
-from hedgerow.engine.positions import token_layout
 from hedgerow.space import probe_texts
 from hedgerow.tokenizer_file import TOKENIZER_FILE, encode_texts, load_tokenizer
 
@@ -35,27 +33,22 @@ VARIANTS = ("float32", "bfloat16", "float8")
 
 def pooled(directory: Path, device: str, variant: str) -> tuple[str, torch.Tensor]:
     """The model's name and the probe texts' pooled rows, float32 [32, D], through
-    `variant`'s forward pass."""
-    loaded = load_model(directory, device=device,
-                        dtype="float32" if variant == "float32" else "bfloat16")
+    `variant`'s forward pass: the engine's plain step (per-sequence SDPA in plain torch, on
+    either device and float32 too; torch's own dense layers), not its CUDA graphs."""
+    engine = Engine.load(directory, device=device,
+                         dtype="float32" if variant == "float32" else "bfloat16",
+                         attention=CpuRaggedAttention(), cpu_linear="torch")
     if variant != "float32":  # as engine/gpu.py's stepper_for rewrites a model
-        use_gelu_epilogues(loaded.model)
-        use_swiglu_products(loaded.model)
+        use_gelu_epilogues(engine._model)
+        use_swiglu_products(engine._model)
     if variant == "float8":
-        use_fp8_products(loaded.model, min_tokens=1)
+        use_fp8_products(engine._model, min_tokens=1)
     has_tokenizer = (directory / TOKENIZER_FILE).is_file()
     tokenizer = load_tokenizer(directory if has_tokenizer else default_model_path())
-    ids = encode_texts(tokenizer, probe_texts(), "", loaded.max_tokens, loaded.config.vocab_size)
-    batch = RaggedBatch.from_sequences(ids)
-    layout = token_layout(batch.cu_seqlens)
-    on = lambda tensor: tensor.to(device)  # noqa: E731
-    with torch.inference_mode():
-        # per-sequence SDPA in plain torch: the same attention on either device, float32 too
-        hidden = loaded.model(on(batch.input_ids), on(layout.position_ids),
-                              on(batch.cu_seqlens), batch.max_seqlen, CpuRaggedAttention())
-        rows = pool(hidden, on(batch.cu_seqlens), on(layout.seq_index), on(layout.lengths),
-                    loaded.pooling, loaded.max_tokens)
-    return loaded.name, rows[:len(ids)].float().cpu()
+    ids = encode_texts(tokenizer, probe_texts(), "", engine.info.max_tokens,
+                       engine.info.vocab_size)
+    rows = engine.step(RaggedBatch.from_sequences(ids)).synchronize()
+    return engine.info.name, rows.float().cpu()
 
 
 def main(argv=None) -> int:

@@ -383,10 +383,11 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
                           q_heads=config.num_heads, kv_heads=kv_heads, head_dim=config.head_dim,
                           causal=causal, device=loaded.device, vocab_size=config.vocab_size,
                           settings=settings, table=table, head=loaded.head)
-    wide = stepper.cache.grid.config_for(1, FP8_MIN_TOKENS)
-    if float8 and settings.graphs and wide is not None and wide not in stepper.cache.hot_set:
+    if float8 and settings.graphs:
         # The compiled forward branches on the row count (Dynamo guards on it), so the first
         # wide batch compiles again: in the warmup, before SERVING, not on a live request.
-        stepper.cache.hot_set.append(wide)
+        wide = stepper.cache.grid.config_for(1, FP8_MIN_TOKENS)
+        if wide is not None and wide not in stepper.cache.hot_set:
+            stepper.cache.hot_set.append(wide)
     return stepper
 
