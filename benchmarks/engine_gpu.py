@@ -31,7 +31,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      graphs) in each `--variant` (VARIANTS below: `fa2` the engine before FlashAttention 4
      and cuDNN, `auto` the measured table, `auto+gelu` with the GELU epilogue too,
      `auto+gelu+quack` with QuACK's fused MLP products too (the defaults),
-     `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`):
+     `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`,
+     `float8-qkv` that with only the QKV products in FP8):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
      for FP8), compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
@@ -48,13 +49,14 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 from hedgerow.bench import models as shapes  # noqa: E402
 EMBEDDING_SHAPES = tuple(s for s in shapes.SHAPES if s not in shapes.RERANKERS)
 
-from hedgerow.engine import attention_cuda  # noqa: E402
+from hedgerow.engine import attention_cuda, fp8_linear  # noqa: E402
 from hedgerow.engine.attention_cuda import AttentionTable, Cell, shape_key  # noqa: E402
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
@@ -520,9 +522,13 @@ VARIANTS = {
     "auto+gelu+quack": {"gelu_epilogue": True, "quack_mlp": True},
     "max-autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
     "float8": {"gelu_epilogue": True, "quack_mlp": True},
+    "float8-qkv": {"gelu_epilogue": True, "quack_mlp": True},
 }
 # Variants whose engine loads in another dtype than bfloat16.
-VARIANT_DTYPES = {"float8": "float8"}
+VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8"}
+# Variants whose FP8 takes other products than engine/fp8_linear.py's FP8_PRODUCTS: the QKV
+# products alone, its first version, measured beside the MLPs in FP8.
+VARIANT_FP8_PRODUCTS = {"float8-qkv": ("qkv",)}
 
 
 def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
@@ -534,7 +540,9 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
     start = time.perf_counter()
     try:
         dtype = VARIANT_DTYPES.get(variant, "bfloat16")
-        engine = Engine.load(directory, device="cuda", dtype=dtype, gpu_settings=settings)
+        products = VARIANT_FP8_PRODUCTS.get(variant, fp8_linear.FP8_PRODUCTS)
+        with mock.patch.object(fp8_linear, "FP8_PRODUCTS", products):
+            engine = Engine.load(directory, device="cuda", dtype=dtype, gpu_settings=settings)
         vocab = engine.info.vocab_size
         cosines, wide = [], []
         for _ in range(3):

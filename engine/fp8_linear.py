@@ -1,21 +1,25 @@
-"""FP8 products for wide batches (`--dtype float8`): the layers' QKV products in e4m3 with
-row-wise scales, bf16 everywhere else.
+"""FP8 products for wide batches (`--dtype float8`): the layers' QKV products and their GELU
+MLPs in e4m3 with row-wise scales, bf16 everywhere else.
 
 Why: on an H200 BGE-M3's and Qwen3-0.6B's layer products ran 1.22-1.65x faster in FP8 e4m3
 with row-wise scales (`torch._scaled_mm`, bf16 out) than in bf16 from about 2,048 rows, and
 slower at 512 rows and below (docs/benchmarks.md, "FP8 and small-M products"). So a wrapped
 product runs in FP8 from FP8_MIN_TOKENS rows a batch and as the bf16 product it wraps below.
-The activation's quantization (each row's largest magnitude, the division, the cast) is plain
-torch in the forward pass, so under torch.compile Inductor fuses it into the kernel that
-produces the activation, and the bias rides in the product's epilogue.
 
-Only the QKV products (FP8_PRODUCTS): measured in the compiled engine on an H100 (BGE-M3,
-16 x 512), they fuse as intended (the quantization joins the LayerNorm kernel, +4.6 µs a
-norm) and the step took 9.41 against 9.76 ms in bf16. With the MLP's up and down products too,
-the step took 10.68 against 9.95 ms: Inductor quantized the GELU's [T, 4H] output in a looped
-reduction of 102 µs a layer where the bf16 path's GELU rides in cuBLASLt's epilogue for free,
-more than FP8 saved on the two products; the output product's input comes from the attention
-kernels, so its quantization could not fuse at all (docs/benchmarks.md, "FP8 in the engine").
+Where each activation's quantization (each row's largest magnitude, the division, the cast)
+happens decides whether FP8 pays:
+- the QKV product's and the MLP's up product's inputs come out of a LayerNorm / RMSNorm, and
+  the quantization is plain torch in the forward pass, so under torch.compile Inductor fuses it
+  into the norm's kernel (+4.6 µs a norm on an H100);
+- the down product's input is the GELU of the up product. Left to Inductor, the GELU and the
+  quantization of BGE-M3's [8,192, 4,096] became a looped reduction of 102 µs a layer, more
+  than FP8 saved on both products (a step 1.07x slower than bf16 on an H100). So Fp8Mlp runs
+  the up product with only its bias in the epilogue and then one kernel for the GELU and the
+  quantization (kernels/gelu_quantize.py), which reads the row once;
+- the output product's input comes from the attention kernels: nothing to fuse it into, and at
+  [T, H] x [H, H] FP8 saves little, so it stays bf16. So do Qwen3's SwiGLU MLPs (their gate
+  runs in QuACK's epilogue or kernels/swiglu.py, neither of which quantizes).
+docs/benchmarks.md ("FP8 in the engine") has the measurements of each version.
 
 A weight [N, K] is quantized once at load, row by row: its scale is the row's largest
 magnitude over e4m3's largest value (448), so every row uses e4m3's whole range; an
@@ -32,19 +36,32 @@ knows only the products' names.
 import torch
 from torch import nn
 
+from hedgerow.engine.cuda_linear import LinearGelu
 from hedgerow.engine.dtype_choice import FP8_MIN_TOKENS
+from hedgerow.kernels.gelu_quantize import gelu_quantize_rows, quantize_rows
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8).max  # 448
-# The products FP8 takes, by their name in the layers (BertLayer's and Qwen3Layer's QKV).
-FP8_PRODUCTS = ("qkv",)
+# The products FP8 takes, by their place in the layers: "qkv" the QKV product (BertLayer's and
+# Qwen3Layer's), "mlp" a GELU MLP's up and down products (BertLayer's).
+FP8_PRODUCTS = ("qkv", "mlp")
 
 
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] -> (e4m3 values [M, K], float32 scales [M, 1]) with x ~ values * scales. A row
-    of zeros gets the smallest scale instead of 0/0; a row with inf or NaN stays non-finite."""
-    scale = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / FP8_MAX
-    return (x.float() / scale).to(FP8), scale
+def _product(values: torch.Tensor, scales: torch.Tensor, weight_values: torch.Tensor,
+             weight_scales: torch.Tensor, bias: torch.Tensor | None,
+             out_dtype: torch.dtype) -> torch.Tensor:
+    """(values * scales) (weight_values * weight_scales)^T + bias, on the FP8 tensor cores."""
+    return torch._scaled_mm(values, weight_values.t(), scale_a=scales, scale_b=weight_scales,
+                            bias=bias, out_dtype=out_dtype)
+
+
+def _keep_fp8_weight(module: nn.Module, name: str, weight: torch.Tensor) -> None:
+    """Register `weight`'s e4m3 copy as `{name}_fp8` and its scales as `{name}_scale` [1, N]."""
+    if not _fits(weight):
+        raise ValueError(f"an FP8 product needs both sides of its weight to be multiples "
+                         f"of 16, got {tuple(weight.shape)}")
+    with torch.no_grad():
+        values, scales = quantize_rows(weight.detach())
+    module.register_buffer(f"{name}_fp8", values)
+    module.register_buffer(f"{name}_scale", scales.t().contiguous())
 
 
 class Fp8Linear(nn.Module):
@@ -54,26 +71,62 @@ class Fp8Linear(nn.Module):
 
     def __init__(self, inner: nn.Linear, min_tokens: int = FP8_MIN_TOKENS) -> None:
         super().__init__()
-        if not _fits(inner.weight):
-            raise ValueError(f"an FP8 product needs both sides of its weight to be multiples "
-                             f"of 16, got {tuple(inner.weight.shape)}")
+        _keep_fp8_weight(self, "weight", inner.weight)
         self.inner = inner
         self.min_tokens = min_tokens
-        with torch.no_grad():
-            values, scales = quantize_rows(inner.weight.detach())
-        self.register_buffer("weight_fp8", values)
-        self.register_buffer("weight_scale", scales.t().contiguous())  # float32 [1, N]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] < self.min_tokens:
             return self.inner(x)
-        values, scales = quantize_rows(x)
-        return torch._scaled_mm(values, self.weight_fp8.t(), scale_a=scales,
-                                scale_b=self.weight_scale, bias=self.inner.bias,
-                                out_dtype=x.dtype)
+        return _product(*quantize_rows(x), self.weight_fp8, self.weight_scale, self.inner.bias,
+                        x.dtype)
 
     def extra_repr(self) -> str:
         return f"fp8_from_tokens={self.min_tokens}"
+
+
+class Fp8Mlp(nn.Module):
+    """A GELU MLP, down(gelu(up(x))), in FP8 from `min_tokens` rows: the up product with its
+    bias in the epilogue (bf16 out), then the GELU and the quantization of its output in one
+    pass (kernels/gelu_quantize.py), then the down product; below, the bf16 modules it wraps.
+
+    It replaces the layer's `up` module while the layer's `down` becomes an identity, so the
+    layer's own `down(up(x))` runs it unchanged (use_fp8_products)."""
+
+    def __init__(self, up: nn.Module, down: nn.Linear, min_tokens: int = FP8_MIN_TOKENS) -> None:
+        super().__init__()
+        weight, _, self.approximate = _gelu_product(up)
+        _keep_fp8_weight(self, "up", weight)
+        _keep_fp8_weight(self, "down", down.weight)
+        self.up, self.down = up, down
+        self.min_tokens = min_tokens
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] < self.min_tokens:
+            return self.down(self.up(x))
+        before_gelu = _product(*quantize_rows(x), self.up_fp8, self.up_scale,
+                               _gelu_product(self.up)[1], x.dtype)
+        return _product(*gelu_quantize_rows(before_gelu, self.approximate), self.down_fp8,
+                        self.down_scale, self.down.bias, x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"gelu={self.approximate}, fp8_from_tokens={self.min_tokens}"
+
+
+def _gelu_product(up: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+    """(weight, bias, GELU approximation) of an up product with its GELU: the engine's
+    LinearGelu (the tanh GELU) or `nn.Sequential(nn.Linear, nn.GELU)`."""
+    if isinstance(up, LinearGelu):
+        return up.weight, up.bias, "tanh"
+    return up[0].weight, up[0].bias, up[1].approximate
+
+
+def _is_gelu_mlp(up: nn.Module | None, down: nn.Module | None) -> bool:
+    pair = (isinstance(up, LinearGelu)
+            or (isinstance(up, nn.Sequential) and len(up) == 2 and type(up[0]) is nn.Linear
+                and type(up[1]) is nn.GELU))
+    return (pair and type(down) is nn.Linear and _fits(_gelu_product(up)[0])
+            and _fits(down.weight))
 
 
 def _fits(weight: torch.Tensor) -> bool:
@@ -81,19 +134,25 @@ def _fits(weight: torch.Tensor) -> bool:
     return weight.shape[0] % 16 == 0 and weight.shape[1] % 16 == 0
 
 
-def use_fp8_products(model: nn.Module, min_tokens: int = FP8_MIN_TOKENS) -> int:
-    """Wrap, in place, each `nn.Linear` named in FP8_PRODUCTS in the layers of `model`'s
-    `layers` (embeddings and heads stay as they are) in an Fp8Linear, where its sides fit;
-    returns how many."""
+def use_fp8_products(model: nn.Module, min_tokens: int = FP8_MIN_TOKENS,
+                     products: tuple[str, ...] | None = None) -> int:
+    """Rewrite, in place, the products named in `products` (default FP8_PRODUCTS) in the layers
+    of `model`'s `layers` (embeddings and heads stay as they are) where their sides fit: each
+    QKV `nn.Linear` in an Fp8Linear, each GELU MLP in an Fp8Mlp. Returns how many products
+    now run in FP8."""
+    products = FP8_PRODUCTS if products is None else products
     wrapped = 0
     for name, child in list(model.named_children()):
         if name != "layers" or not isinstance(child, nn.ModuleList):
-            wrapped += use_fp8_products(child, min_tokens)
+            wrapped += use_fp8_products(child, min_tokens, products)
             continue
         for layer in child:
-            for product in FP8_PRODUCTS:
-                linear = getattr(layer, product, None)
-                if type(linear) is nn.Linear and _fits(linear.weight):
-                    setattr(layer, product, Fp8Linear(linear, min_tokens))
-                    wrapped += 1
+            qkv = getattr(layer, "qkv", None)
+            if "qkv" in products and type(qkv) is nn.Linear and _fits(qkv.weight):
+                layer.qkv = Fp8Linear(qkv, min_tokens)
+                wrapped += 1
+            up, down = getattr(layer, "up", None), getattr(layer, "down", None)
+            if "mlp" in products and _is_gelu_mlp(up, down):
+                layer.up, layer.down = Fp8Mlp(up, down, min_tokens), nn.Identity()
+                wrapped += 2
     return wrapped

@@ -9,8 +9,8 @@ from torch import nn
 
 from hedgerow.engine.attention import CpuRaggedAttention
 from hedgerow.engine.cuda_linear import LinearSwiGLU, use_gelu_epilogues
-from hedgerow.engine.fp8_linear import (FP8, FP8_MAX, Fp8Linear, quantize_rows,
-                                        use_fp8_products)
+from hedgerow.engine.fp8_linear import Fp8Linear, Fp8Mlp, use_fp8_products
+from hedgerow.kernels.gelu_quantize import FP8, FP8_MAX, quantize_rows
 from hedgerow.engine.models.bert import BertConfig, BertModel, MaskedLM
 from hedgerow.errors import ConfigError, ModelLoadError
 
@@ -100,15 +100,15 @@ def _forward(model, tokens=70):
         return model(ids, pos, cu, tokens - 30, CpuRaggedAttention()).float()
 
 
-def test_the_rewrite_wraps_each_layers_qkv_product_and_keeps_the_model():
+def test_the_rewrite_wraps_each_layers_qkv_product_and_mlp_and_keeps_the_model():
     model = _bert(layers=3)
     before = _forward(model)
     use_gelu_epilogues(model)
-    assert use_fp8_products(model, min_tokens=64) == 3
+    assert use_fp8_products(model, min_tokens=64) == 9
     for layer in model.layers:
-        assert isinstance(layer.qkv, Fp8Linear)
-        assert type(layer.attn_out) is nn.Linear and type(layer.down) is nn.Linear
-    after = _forward(model)  # 70 tokens: the QKV products in FP8
+        assert isinstance(layer.qkv, Fp8Linear) and isinstance(layer.up, Fp8Mlp)
+        assert type(layer.down) is nn.Identity and type(layer.attn_out) is nn.Linear
+    after = _forward(model)  # 70 tokens: the QKV products and the MLPs in FP8
     cosine = nn.functional.cosine_similarity(after, before, dim=-1)
     assert cosine.min().item() > 0.99
     assert not torch.equal(after, before)
@@ -117,9 +117,71 @@ def test_the_rewrite_wraps_each_layers_qkv_product_and_keeps_the_model():
     assert use_fp8_products(model) == 0  # nothing left to wrap
 
 
+def test_the_products_to_take_can_be_named():
+    model = _bert(layers=2)
+    assert use_fp8_products(model, min_tokens=64, products=("qkv",)) == 2
+    assert type(model.layers[0].down) is nn.Linear
+    assert use_fp8_products(model, min_tokens=64, products=("mlp",)) == 4
+    assert type(model.layers[0].down) is nn.Identity
+
+
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_an_mlp_whose_activation_is_not_gelu_stays_bf16(act):
+    model = _bert(layers=1, act=act)
+    assert use_fp8_products(model, min_tokens=1) == 1  # the QKV product only
+    assert type(model.layers[0].down) is nn.Linear
+
+
+def _mlp(approximate="tanh", fused=True, k=32, i=64):
+    torch.manual_seed(5)
+    up = nn.Sequential(nn.Linear(k, i), nn.GELU(approximate=approximate)).to(torch.bfloat16)
+    down = nn.Linear(i, k).to(torch.bfloat16)
+    if fused:
+        holder = nn.Module()
+        holder.up = up
+        use_gelu_epilogues(holder)
+        up = holder.up
+    return up, down
+
+
+@pytest.mark.parametrize("approximate,fused", [("tanh", True), ("tanh", False),
+                                               ("none", False)])
+def test_the_mlp_runs_in_fp8_from_its_row_count_and_as_its_modules_below(approximate, fused):
+    up, down = _mlp(approximate, fused)
+    mlp = Fp8Mlp(up, down, min_tokens=64)
+    assert mlp.approximate == approximate
+    small = torch.randn(63, 32, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(mlp(small), down(up(small)))
+        x = torch.randn(101, 32, dtype=torch.bfloat16)
+        got = mlp(x)
+        linear = up if fused else up[0]
+        expected = nn.functional.linear(
+            nn.functional.gelu(nn.functional.linear(x.float(), linear.weight.float(),
+                                                    linear.bias.float()),
+                               approximate=approximate),
+            down.weight.float(), down.bias.float())
+    assert got.dtype == torch.bfloat16 and got.shape == (101, 32)
+    assert 0.004 < _relative_error(got, expected) < 0.08  # FP8's rounding, twice
+
+
+def test_the_compiled_mlp_takes_each_path_by_the_row_count():
+    mlp = Fp8Mlp(*_mlp(), min_tokens=64)
+    compiled = torch.compile(mlp, dynamic=True, fullgraph=True)
+    for rows in (10, 30, 70, 100):
+        x = torch.randn(rows, 32, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            torch.testing.assert_close(compiled(x), mlp(x), rtol=0, atol=0)
+
+
+def test_an_mlp_whose_sides_are_not_multiples_of_16_is_refused():
+    with pytest.raises(ValueError, match="multiples of 16, got \\(40, 32\\)"):
+        Fp8Mlp(*_mlp(i=40))
+
+
 def test_heads_and_embeddings_stay_bf16():
     model = MaskedLM(_bert(layers=1))
-    assert use_fp8_products(model, min_tokens=1) == 1
+    assert use_fp8_products(model, min_tokens=1) == 3
     assert type(model.decoder) is nn.Linear and type(model.transform[0]) is nn.Linear
 
 
