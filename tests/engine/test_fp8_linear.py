@@ -68,17 +68,6 @@ def test_from_its_row_count_the_product_runs_in_fp8(bias):
     torch.testing.assert_close(wrapped(torch.cat((x, x)))[:97], got)
 
 
-def test_the_compiled_wrapper_takes_each_path_by_the_row_count():
-    """One dynamic-shape compile per side of the row count (Dynamo guards on it), each the
-    same as eager: the quantization is plain torch that Inductor compiles with the product."""
-    wrapped = Fp8Linear(_linear(), min_tokens=64)
-    compiled = torch.compile(wrapped, dynamic=True, fullgraph=True)
-    for rows in (10, 30, 70, 100):
-        x = torch.randn(rows, 64, dtype=torch.bfloat16)
-        with torch.inference_mode():
-            torch.testing.assert_close(compiled(x), wrapped(x), rtol=0, atol=0)
-
-
 def test_a_weight_whose_sides_are_not_multiples_of_16_is_refused():
     with pytest.raises(ValueError, match="multiples of 16, got \\(40, 64\\)"):
         Fp8Linear(_linear(n=40))
@@ -165,13 +154,18 @@ def test_the_mlp_runs_in_fp8_from_its_row_count_and_as_its_modules_below(approxi
     assert 0.004 < _relative_error(got, expected) < 0.08  # FP8's rounding, twice
 
 
-def test_the_compiled_mlp_takes_each_path_by_the_row_count():
-    mlp = Fp8Mlp(*_mlp(), min_tokens=64)
-    compiled = torch.compile(mlp, dynamic=True, fullgraph=True)
+@pytest.mark.parametrize("wrapper", ["linear", "mlp"])
+def test_the_compiled_wrapper_takes_each_path_by_the_row_count(wrapper):
+    """One dynamic-shape compile per side of the row count (Dynamo guards on it), each the
+    same as eager: the quantization of the input is plain torch that Inductor compiles with
+    the product, the GELU's quantization a custom op it calls."""
+    module = (Fp8Linear(_linear(k=32), min_tokens=64) if wrapper == "linear"
+              else Fp8Mlp(*_mlp(), min_tokens=64))
+    compiled = torch.compile(module, dynamic=True, fullgraph=True)
     for rows in (10, 30, 70, 100):
         x = torch.randn(rows, 32, dtype=torch.bfloat16)
         with torch.inference_mode():
-            torch.testing.assert_close(compiled(x), mlp(x), rtol=0, atol=0)
+            torch.testing.assert_close(compiled(x), module(x), rtol=0, atol=0)
 
 
 def test_an_mlp_whose_sides_are_not_multiples_of_16_is_refused():
