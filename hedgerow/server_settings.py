@@ -65,9 +65,9 @@ class ServerSettings:
         "of the model). bfloat16/float16 halve weight memory and roughly double GPU "
         "throughput at a small accuracy cost; float32 is exact. float8 (opt-in, a GPU with "
         "FP8 tensor cores: compute capability 8.9 or newer): bfloat16, except that the "
-        "layers' QKV products of batches from 2,048 tokens run in FP8 e4m3 with row-wise "
-        "scales (a 16x512 step 0.96x on an H100); its vectors are a space of their own, at a "
-        "smallest cosine of 0.995-0.999 to float32's (docs/gpu.md, FP8 products).",
+        "layers' QKV products and GELU MLPs of batches from 2,048 tokens run in FP8 e4m3 "
+        "with row-wise scales; its vectors are a space of their own, at a "
+        "smallest cosine of 0.991-0.997 to float32's (docs/gpu.md, FP8 products).",
         choices=("auto", "float32", "float16", "bfloat16", "float8"),
     )
     cpu_threads: int = setting(
