@@ -13,8 +13,10 @@ CUDA-graph replays of 10 calls:
 - `cast`: a plain e4m3 cast of the same [T, 4,096] bf16 tensor, which reads and writes the same
   bytes once: the floor;
 - `mlp bf16`: the engine's bf16 MLP (the up product with cuBLASLt's bias + GELU epilogue, the
-  down product with its bias);
-- `mlp fp8`: engine/fp8_linear.py's Fp8Mlp from the quantization of its input on.
+  down product with its bias), under torch.compile;
+- `mlp fp8`: engine/fp8_linear.py's Fp8Mlp from the quantization of its input on, under
+  torch.compile (which fuses that quantization into one kernel; in the engine it joins the
+  LayerNorm's).
 
 The kernel's bytes are checked against the reference's before timing. Writes
 OUT/gelu_quantize_gpu.json and prints a table last.
@@ -40,7 +42,9 @@ def cells(tokens: list[int]) -> list[dict]:
     torch.manual_seed(0)
     up = LinearGelu(nn.Linear(HIDDEN, INTERMEDIATE).cuda().bfloat16())
     down = nn.Linear(INTERMEDIATE, HIDDEN).cuda().bfloat16()
-    mlp = Fp8Mlp(up, down, min_tokens=1)
+    # compiled, as the engine runs them: Inductor fuses the input's quantization into one kernel
+    mlp_bf16 = torch.compile(lambda x: down(up(x)), dynamic=False)
+    mlp_fp8 = torch.compile(Fp8Mlp(up, down, min_tokens=1), dynamic=False)
     rows = []
     for t in tokens:
         y = torch.randn(t, INTERMEDIATE, device="cuda", dtype=torch.bfloat16) * 3
@@ -53,8 +57,8 @@ def cells(tokens: list[int]) -> list[dict]:
                 "inductor": lambda: inductor(y, "tanh"),
                 "kernel": lambda: gelu_quantize_rows(y, "tanh"),
                 "cast": lambda: y.to(torch.float8_e4m3fn),
-                "mlp bf16": lambda: down(up(x)),
-                "mlp fp8": lambda: mlp(x),
+                "mlp bf16": lambda: mlp_bf16(x),
+                "mlp fp8": lambda: mlp_fp8(x),
             }.items():
                 row[name] = graph_time_us(fn, calls=10)
         rows.append(row)

@@ -9,7 +9,8 @@ benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
 0. Start `hedgerow server` on the GPU (bf16, or `--dtype float8`; CUDA graphs) and wait for
    gRPC health SERVING.
 1. Correctness gate: the server's embeddings over gRPC against `transformers` in float32 on the
-   same weights, one sequence at a time; every cosine must be >= 0.999, else abort before timing.
+   same weights, one sequence at a time; every cosine must be >= 0.999 (0.99 under float8, a
+   space of its own, whose gate batch runs in FP8), else abort before timing.
 2. Chart 1, low-latency embeddings: pre-tokenized batch 1, sequential, 128/512/4096 tokens.
 3. Chart 2, scoring: pre-tokenized requests of 5, 25 and 50 sequences of 512 tokens, sequential.
 4. Chart 3, throughput: requests of 100 sequences, 4 concurrent client processes,
@@ -83,6 +84,10 @@ POOLING = {"bge-m3": "cls", "qwen3-0.6b": "last"}
 # A reranker's gate: no score further from the float32 reference than this share of the
 # reference's largest magnitude (bf16 rounding moves a logit by about 1%).
 RERANK_GATE = 0.05
+# The embedding gate's floor per --dtype: float8 is a space of its own, whose gate against
+# float32 is about 0.992 on BGE-M3's shape (docs/gpu.md, "FP8 products"); the gate's batch
+# (1,947 tokens, a 2,048-token bucket) runs in FP8.
+GATE_MIN_COSINE = {"bfloat16": 0.999, "float8": 0.99}
 
 
 def log(*parts) -> None:
@@ -365,9 +370,11 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
         ours = client.embed(client.request(gate_seqs))
         ref = baseline.reference(gate_seqs)
         cosines = cosine_rows(ours, ref)
-        results.append({"model": name, "chart": "gate", "min_cosine": float(cosines.min())})
+        floor = GATE_MIN_COSINE[args.dtype]
+        results.append({"model": name, "chart": "gate", "min_cosine": float(cosines.min()),
+                        "floor": floor})
         log(f"{name}: gate min cosine {cosines.min():.6f}")
-        if cosines.min() < 0.999:
+        if cosines.min() < floor:
             raise SystemExit(f"{name}: correctness gate failed: cosines {cosines.tolist()}")
 
         for length in args.latency_lengths if 1 in args.charts else ():
@@ -456,8 +463,9 @@ def table(results: list) -> str:
                          f"{row['base_p50']:.2f} ({row['base_emb_s']:.0f} pairs/s) | | | | |")
             continue
         if row["chart"] == "gate":
+            floor = row["floor"]
             lines.append(f"| {row['model']} | gate | min cosine | {row['min_cosine']:.5f} | | | | "
-                         f"| >= 0.999 | {'yes' if row['min_cosine'] >= 0.999 else 'NO'} |")
+                         f"| >= {floor} | {'yes' if row['min_cosine'] >= floor else 'NO'} |")
             continue
         key = (row["chart"], row["model"], row["x"])
         tulip, vllm = SEED_NUMBERS.get(key, ("", ""))
@@ -523,7 +531,8 @@ def main(argv=None) -> int:
                         help="the server's token budget per batch (bulk cells fill it)")
     parser.add_argument("--dtype", choices=("bfloat16", "float8"), default="bfloat16",
                         help="the server's --dtype on a GPU (float8: FP8 products in batches "
-                             "from 2,048 tokens; the gate's single sequences stay bf16)")
+                             "from 2,048 tokens, the gate's batch among them, held to "
+                             "GATE_MIN_COSINE's 0.99 instead of 0.999)")
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
                              "(numbers meaningless)")
