@@ -15,7 +15,8 @@ happens decides whether FP8 pays:
   quantization of BGE-M3's [8,192, 4,096] became a looped reduction of 102 µs a layer, more
   than FP8 saved on both products (a step 1.07x slower than bf16 on an H100). So Fp8Mlp runs
   the up product with only its bias in the epilogue and then one kernel for the GELU and the
-  quantization (kernels/gelu_quantize.py), which reads the row once;
+  quantization (kernels/gelu_quantize.py), which reads the row once: BGE-M3's bulk then ran
+  1.15x faster than bf16 on an H100 (the QKV products alone 1.05x);
 - the output product's input comes from the attention kernels: nothing to fuse it into, and at
   [T, H] x [H, H] FP8 saves little, so it stays bf16. So do Qwen3's SwiGLU MLPs (their gate
   runs in QuACK's epilogue or kernels/swiglu.py, neither of which quantizes).

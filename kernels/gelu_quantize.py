@@ -2,7 +2,7 @@
 
     g = gelu(y)                                   (tanh approximation or exact, in float32)
     scale[m] = max(max_j |g[m, j]|, 1e-12) / 448  (e4m3's largest value)
-    values[m, j] = e4m3(g[m, j] / scale[m])
+    values[m, j] = e4m3(g[m, j] / scale[m])      (the kernel: g * (1 / scale), within an ulp)
 
 y [M, N] in bf16 / fp16 / float32 -> (values [M, N] float8_e4m3fn, scale [M, 1] float32), the
 operands an FP8 down product takes (engine/fp8_linear.py). A row with a NaN gets a NaN scale, so
@@ -12,7 +12,8 @@ Why a kernel of its own: under torch.compile Inductor wrote the GELU and the qua
 BGE-M3's [8,192, 4,096] up product as a looped reduction that read the row twice and took
 102 µs a layer on an H100, more than FP8 saved on the two MLP products (docs/benchmarks.md,
 "FP8 in the engine"). Here one program holds a whole row in registers: it reads the bf16 row
-once and writes its e4m3 bytes and its scale once.
+once and writes its e4m3 bytes and its scale once: 41 µs there on that H100, against 92 for
+Inductor's and 35 for a plain e4m3 cast of the same tensor (benchmarks/gelu_quantize_gpu.py).
 
 `gelu_quantize_rows` runs the Triton kernel for CUDA tensors (through the
 `hedgerow::gelu_quantize_rows` custom op, whose fake implementation lets torch.compile trace it

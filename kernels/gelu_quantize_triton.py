@@ -1,9 +1,9 @@
 """The Triton kernel behind kernels/gelu_quantize.py (see there for the function and why).
 
 One program per row, the whole row in registers: load, GELU, the row's largest magnitude, the
-scale and its reciprocal, one product per element, the e4m3 store. Triton's max reduction drops NaNs, so NaNs are
-counted apart and turn the row's scale into NaN, as torch's `amax` would. Arguments are checked
-by the caller.
+scale and its reciprocal, one product per element, the e4m3 store. Triton's max reduction drops
+NaNs, so NaNs are counted apart and turn the row's scale into NaN, as torch's `amax` would.
+Arguments are checked by the caller.
 """
 
 import torch
