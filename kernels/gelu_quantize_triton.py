@@ -10,7 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = tl.constexpr(448.0)
+from .gelu_quantize import FP8_MAX as _FP8_MAX
+
+FP8_MAX = tl.constexpr(_FP8_MAX)  # a kernel reads only constexpr globals
 MAX_WIDTH = 65536  # a row must fit one program's registers
 
 
