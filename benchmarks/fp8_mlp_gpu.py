@@ -1,0 +1,180 @@
+"""BGE-M3's MLP in FP8 with the GELU and the quantization in the up product's epilogue
+(kernels/fp8_mlp.py), against the row-wise FP8 MLP and bf16.
+
+    python -P benchmarks/fp8_mlp_gpu.py [--out DIR] [--tokens 2048,8192,16384] [--sweep]
+
+Runs on a CUDA machine with FP8 tensor cores (compute capability 8.9 or newer). Per token count,
+BGE-M3's MLP shape (hidden 1,024, intermediate 4,096), bf16 in and out, µs per call as the
+median of CUDA-graph replays of 10 calls, each MLP under torch.compile as the engine runs it:
+
+- `bf16`: the up product with cuBLASLt's bias + GELU epilogue, the down product with its bias;
+- `rows`: engine/fp8_linear.py's Fp8Mlp with row-wise scales: `torch._scaled_mm` up (bias in
+  its epilogue, bf16 out), kernels/gelu_quantize.py, `torch._scaled_mm` down;
+- `blocks`: the input's row-wise quantization, then kernels/fp8_mlp.py's two kernels;
+- the parts: each of the two kernels alone, and `torch._scaled_mm`'s up and down products on
+  the same operands (row-wise scales).
+
+Each MLP's output is compared with the float32 MLP (smallest cosine over rows), and each
+kernel's with its plain-torch reference, before timing. `--sweep` first times each kernel's
+tile configurations at the largest token count and runs the table with the fastest. Writes
+OUT/fp8_mlp_gpu.json and prints a table last.
+"""
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hedgerow.bench.engine_gpu import graph_time_us
+from hedgerow.engine.cuda_linear import LinearGelu
+from hedgerow.engine.fp8_linear import Fp8Mlp
+from hedgerow.kernels import fp8_mlp, fp8_mlp_triton
+from hedgerow.kernels.gelu_quantize import gelu_quantize_rows, quantize_rows
+
+HIDDEN, INTERMEDIATE = 1024, 4096
+
+
+def _weights():
+    torch.manual_seed(0)
+    up = nn.Linear(HIDDEN, INTERMEDIATE).cuda().bfloat16()
+    down = nn.Linear(INTERMEDIATE, HIDDEN).cuda().bfloat16()
+    with torch.no_grad():
+        up.weight.mul_(0.5)
+    quantized = {}
+    for name, linear in (("up", up), ("down", down)):
+        values, scales = quantize_rows(linear.weight.detach())
+        quantized[name] = (values, scales.t().contiguous(), linear.bias.detach())
+    return up, down, quantized
+
+
+def sweep(tokens: int, quantized) -> dict:
+    """The fastest tile configuration of each kernel at `tokens` rows."""
+    x_values, x_scales = quantize_rows(torch.randn(tokens, HIDDEN, device="cuda",
+                                                   dtype=torch.bfloat16))
+    values, scales = fp8_mlp.up_gelu_quantize(x_values, x_scales, *quantized["up"], "tanh")
+    kernels = {
+        "up": (fp8_mlp_triton.UP_CONFIG, lambda: fp8_mlp.up_gelu_quantize(
+            x_values, x_scales, *quantized["up"], "tanh"), (64, 128)),
+        "down": (fp8_mlp_triton.DOWN_CONFIG, lambda: fp8_mlp.down_product(
+            values, scales, *quantized["down"], torch.bfloat16), (None,)),
+    }
+    best = {}
+    for name, (config, call, block_ks) in kernels.items():
+        timings = []
+        for block_m, block_k, stages, warps in itertools.product((64, 128, 256), block_ks,
+                                                                 (3, 4), (4, 8)):
+            trial = {"BLOCK_M": block_m, "GROUP_M": 8, "num_stages": stages,
+                     "num_warps": warps, **({"BLOCK_K": block_k} if block_k else {})}
+            config.clear()
+            config.update(trial)
+            try:
+                timings.append((graph_time_us(call, calls=10), trial))
+            except Exception as error:  # noqa: BLE001 (a tile may not fit shared memory)
+                print(f"{name} {trial}: {type(error).__name__}", flush=True)
+        timings.sort(key=lambda t: t[0])
+        config.clear()
+        config.update(timings[0][1])
+        best[name] = [{"us": round(us, 1), **trial} for us, trial in timings[:5]]
+        print(f"{name}: fastest {timings[0][1]} {timings[0][0]:.1f} µs", flush=True)
+    return best
+
+
+def _min_cosine(got, want):
+    return F.cosine_similarity(got.float(), want, dim=-1).min().item()
+
+
+def cells(tokens: list[int], up, down, quantized) -> list[dict]:
+    up_gelu = LinearGelu(up)
+    mlp_bf16 = torch.compile(lambda x: down(up_gelu(x)), dynamic=False)
+    mlp_rows = torch.compile(Fp8Mlp(up_gelu, down, min_tokens=1), dynamic=False)
+
+    def blocks(x):
+        values, scales = fp8_mlp.up_gelu_quantize(*quantize_rows(x), *quantized["up"], "tanh")
+        return fp8_mlp.down_product(values, scales, *quantized["down"], x.dtype)
+
+    mlp_blocks = torch.compile(blocks, dynamic=False)
+    rows = []
+    for t in tokens:
+        x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.bfloat16)
+        x_values, x_scales = quantize_rows(x)
+        values, scales = fp8_mlp.up_gelu_quantize(x_values, x_scales, *quantized["up"], "tanh")
+        want_values, want_scales = fp8_mlp.up_gelu_quantize_reference(
+            x_values, x_scales, *quantized["up"], "tanh")
+        before_gelu = torch._scaled_mm(x_values, quantized["up"][0].t(), scale_a=x_scales,
+                                       scale_b=quantized["up"][1], bias=quantized["up"][2],
+                                       out_dtype=torch.bfloat16)
+        row_values, row_scales = gelu_quantize_rows(before_gelu, "tanh")
+        reference = F.linear(F.gelu(F.linear(x.float(), up.weight.float(), up.bias.float()),
+                                    approximate="tanh"), down.weight.float(), down.bias.float())
+        down_out = fp8_mlp.down_product(values, scales, *quantized["down"], torch.bfloat16)
+        down_want = fp8_mlp.down_product_reference(values, scales, *quantized["down"],
+                                                   torch.float32)
+        row = {
+            "tokens": t,
+            "up scales max rel diff": ((scales - want_scales).abs()
+                                       / want_scales).max().item(),
+            "up bytes differing": (values.view(torch.uint8)
+                                   != want_values.view(torch.uint8)).float().mean().item(),
+            "down min cosine to reference": _min_cosine(down_out, down_want),
+        }
+        with torch.inference_mode():
+            for name, fn in {
+                "bf16": lambda: mlp_bf16(x),
+                "rows": lambda: mlp_rows(x),
+                "blocks": lambda: mlp_blocks(x),
+            }.items():
+                row[f"{name} min cosine"] = _min_cosine(fn(), reference)
+                row[name] = graph_time_us(fn, calls=10)
+            for name, fn in {
+                "up kernel": lambda: fp8_mlp.up_gelu_quantize(x_values, x_scales,
+                                                              *quantized["up"], "tanh"),
+                "down kernel": lambda: fp8_mlp.down_product(values, scales,
+                                                            *quantized["down"], torch.bfloat16),
+                "up _scaled_mm": lambda: torch._scaled_mm(
+                    x_values, quantized["up"][0].t(), scale_a=x_scales,
+                    scale_b=quantized["up"][1], bias=quantized["up"][2],
+                    out_dtype=torch.bfloat16),
+                "down _scaled_mm": lambda: torch._scaled_mm(
+                    row_values, quantized["down"][0].t(), scale_a=row_scales,
+                    scale_b=quantized["down"][1], bias=quantized["down"][2],
+                    out_dtype=torch.bfloat16),
+            }.items():
+                row[name] = graph_time_us(fn, calls=10)
+        rows.append(row)
+        print(f"{t} tokens done", flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmark-out"))
+    parser.add_argument("--tokens", default="2048,8192,16384")
+    parser.add_argument("--sweep", action="store_true",
+                        help="time the kernels' tile configurations first and use the fastest")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokens = [int(t) for t in args.tokens.split(",")]
+    up, down, quantized = _weights()
+    result = {"sweep": sweep(max(tokens), quantized) if args.sweep else None,
+              "up config": dict(fp8_mlp_triton.UP_CONFIG),
+              "down config": dict(fp8_mlp_triton.DOWN_CONFIG)}
+    result["rows"] = cells(tokens, up, down, quantized)
+    (args.out / "fp8_mlp_gpu.json").write_text(json.dumps(result, indent=1))
+    print(f"\nup {result['up config']}\ndown {result['down config']}")
+    names = ("bf16", "rows", "blocks", "up kernel", "up _scaled_mm", "down kernel",
+             "down _scaled_mm")
+    print(f"{'tokens':>6} " + " ".join(f"{n + ' µs':>17}" for n in names)
+          + f" {'cos bf16/rows/blocks':>26}")
+    for r in result["rows"]:
+        print(f"{r['tokens']:>6} " + " ".join(f"{r[n]:>17.1f}" for n in names)
+              + f" {r['bf16 min cosine']:>8.5f}/{r['rows min cosine']:.5f}/"
+              f"{r['blocks min cosine']:.5f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
