@@ -8,8 +8,8 @@ BGE-M3's MLP shape (hidden 1,024, intermediate 4,096), bf16 in and out, µs per 
 median of CUDA-graph replays of 10 calls, each MLP under torch.compile as the engine runs it:
 
 - `bf16`: the up product with cuBLASLt's bias + GELU epilogue, the down product with its bias;
-- `rows`: engine/fp8_linear.py's Fp8Mlp with row-wise scales: `torch._scaled_mm` up (bias in
-  its epilogue, bf16 out), kernels/gelu_quantize.py, `torch._scaled_mm` down;
+- `rows`: row-wise scales throughout, the engine's previous FP8 MLP: `torch._scaled_mm` up
+  (bias in its epilogue, bf16 out), kernels/gelu_quantize.py, `torch._scaled_mm` down;
 - `blocks`: the input's row-wise quantization, then kernels/fp8_mlp.py's two kernels;
 - the parts: each of the two kernels alone, and `torch._scaled_mm`'s up and down products on
   the same operands (row-wise scales).
@@ -31,7 +31,6 @@ from torch import nn
 
 from hedgerow.bench.engine_gpu import graph_time_us
 from hedgerow.engine.cuda_linear import LinearGelu
-from hedgerow.engine.fp8_linear import Fp8Mlp
 from hedgerow.kernels import fp8_mlp, fp8_mlp_triton
 from hedgerow.kernels.gelu_quantize import gelu_quantize_rows, quantize_rows
 
@@ -83,6 +82,12 @@ def sweep(tokens: int, quantized) -> dict:
     return best
 
 
+def _scaled_mm(values, scales, weight_values, weight_scales, bias):
+    """A row-wise scaled FP8 product with its bias, bf16 out (the engine's QKV product)."""
+    return torch._scaled_mm(values, weight_values.t(), scale_a=scales, scale_b=weight_scales,
+                            bias=bias, out_dtype=torch.bfloat16)
+
+
 def _min_cosine(got, want):
     return F.cosine_similarity(got.float(), want, dim=-1).min().item()
 
@@ -90,12 +95,16 @@ def _min_cosine(got, want):
 def cells(tokens: list[int], up, down, quantized) -> list[dict]:
     up_gelu = LinearGelu(up)
     mlp_bf16 = torch.compile(lambda x: down(up_gelu(x)), dynamic=False)
-    mlp_rows = torch.compile(Fp8Mlp(up_gelu, down, min_tokens=1), dynamic=False)
+
+    def rows_mlp(x):
+        before_gelu = _scaled_mm(*quantize_rows(x), *quantized["up"])
+        return _scaled_mm(*gelu_quantize_rows(before_gelu, "tanh"), *quantized["down"])
 
     def blocks(x):
         values, scales = fp8_mlp.up_gelu_quantize(*quantize_rows(x), *quantized["up"], "tanh")
         return fp8_mlp.down_product(values, scales, *quantized["down"], x.dtype)
 
+    mlp_rows = torch.compile(rows_mlp, dynamic=False)
     mlp_blocks = torch.compile(blocks, dynamic=False)
     rows = []
     for t in tokens:
@@ -104,10 +113,8 @@ def cells(tokens: list[int], up, down, quantized) -> list[dict]:
         values, scales = fp8_mlp.up_gelu_quantize(x_values, x_scales, *quantized["up"], "tanh")
         want_values, want_scales = fp8_mlp.up_gelu_quantize_reference(
             x_values, x_scales, *quantized["up"], "tanh")
-        before_gelu = torch._scaled_mm(x_values, quantized["up"][0].t(), scale_a=x_scales,
-                                       scale_b=quantized["up"][1], bias=quantized["up"][2],
-                                       out_dtype=torch.bfloat16)
-        row_values, row_scales = gelu_quantize_rows(before_gelu, "tanh")
+        row_values, row_scales = gelu_quantize_rows(
+            _scaled_mm(x_values, x_scales, *quantized["up"]), "tanh")
         reference = F.linear(F.gelu(F.linear(x.float(), up.weight.float(), up.bias.float()),
                                     approximate="tanh"), down.weight.float(), down.bias.float())
         down_out = fp8_mlp.down_product(values, scales, *quantized["down"], torch.bfloat16)
@@ -134,14 +141,9 @@ def cells(tokens: list[int], up, down, quantized) -> list[dict]:
                                                               *quantized["up"], "tanh"),
                 "down kernel": lambda: fp8_mlp.down_product(values, scales,
                                                             *quantized["down"], torch.bfloat16),
-                "up _scaled_mm": lambda: torch._scaled_mm(
-                    x_values, quantized["up"][0].t(), scale_a=x_scales,
-                    scale_b=quantized["up"][1], bias=quantized["up"][2],
-                    out_dtype=torch.bfloat16),
-                "down _scaled_mm": lambda: torch._scaled_mm(
-                    row_values, quantized["down"][0].t(), scale_a=row_scales,
-                    scale_b=quantized["down"][1], bias=quantized["down"][2],
-                    out_dtype=torch.bfloat16),
+                "up _scaled_mm": lambda: _scaled_mm(x_values, x_scales, *quantized["up"]),
+                "down _scaled_mm": lambda: _scaled_mm(row_values, row_scales,
+                                                      *quantized["down"]),
             }.items():
                 row[name] = graph_time_us(fn, calls=10)
         rows.append(row)
