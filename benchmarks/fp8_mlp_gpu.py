@@ -47,6 +47,13 @@ def _weights():
     for name, linear in (("up", up), ("down", down)):
         values, scales = quantize_rows(linear.weight.detach())
         quantized[name] = (values, scales.t().contiguous(), linear.bias.detach())
+    # the down weight with one scale per 128 x 128 block, [K / 128, N / 128] (DeepSeek's recipe
+    # that `torch._scaled_mm` may take with 1 x 128 blocks on the other side)
+    blocks = down.weight.detach().float().unflatten(0, (-1, 128)).unflatten(2, (-1, 128))
+    block_scales = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448
+    quantized["down blocks"] = ((blocks / block_scales[:, None, :, None]).flatten(2).flatten(0, 1)
+                                .to(torch.float8_e4m3fn), block_scales.t().contiguous(),
+                                down.bias.detach())
     return up, down, quantized
 
 
@@ -146,6 +153,16 @@ def cells(tokens: list[int], up, down, quantized) -> list[dict]:
                                                       *quantized["down"]),
             }.items():
                 row[name] = graph_time_us(fn, calls=10)
+            weight, weight_scales, bias = quantized["down blocks"]
+            try:
+                row["down _scaled_mm blocks min cosine"] = _min_cosine(torch._scaled_mm(
+                    values, weight.t(), scale_a=scales.t(), scale_b=weight_scales, bias=bias,
+                    out_dtype=torch.bfloat16), down_want)
+                row["down _scaled_mm blocks"] = graph_time_us(lambda: torch._scaled_mm(
+                    values, weight.t(), scale_a=scales.t(), scale_b=weight_scales, bias=bias,
+                    out_dtype=torch.bfloat16), calls=10)
+            except (RuntimeError, ValueError) as error:  # not every torch build has it
+                row["down _scaled_mm blocks"] = f"{type(error).__name__}: {error}"[:300]
         rows.append(row)
         print(f"{t} tokens done", flush=True)
     return rows
@@ -175,6 +192,9 @@ def main() -> int:
         print(f"{r['tokens']:>6} " + " ".join(f"{r[n]:>17.1f}" for n in names)
               + f" {r['bf16 min cosine']:>8.5f}/{r['rows min cosine']:.5f}/"
               f"{r['blocks min cosine']:.5f}")
+        print(f"{'':>6} down _scaled_mm with 1x128 / 128x128 blocks: "
+              f"{r['down _scaled_mm blocks']} µs, min cosine "
+              f"{r.get('down _scaled_mm blocks min cosine')}")
     return 0
 
 
