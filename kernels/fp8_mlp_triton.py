@@ -5,8 +5,8 @@ and 128 columns, the tiles of a group of GROUP_M row blocks next to each other s
 weight columns stay in L2. The up product's epilogue applies the scales, the bias and the GELU
 in float32 and quantizes each row of its tile (one block of 128 columns); the down product
 accumulates each 128 of K in a float32 partial sum, multiplies it by that block's scale per
-row and adds it up. Triton's max reduction drops NaNs, so NaNs are counted apart and make a
-block's scale NaN. Arguments are checked by the caller.
+row and adds it up. A block's largest magnitude is a reduction that keeps NaNs (Triton's `max`
+drops them), so a NaN makes its scale NaN. Arguments are checked by the caller.
 """
 
 import torch
@@ -38,6 +38,11 @@ def _tile(rows, columns, BLOCK_M: tl.constexpr, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def _max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _up_kernel(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, bias_ptr, values_ptr, scales_ptr,
                rows, columns, depth, HAS_BIAS: tl.constexpr, TANH: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -61,9 +66,8 @@ def _up_kernel(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, bias_ptr, values_ptr, sca
         g = y / (1.0 + tl.exp(-2.0 * u))
     else:
         g = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-    nans = tl.sum((g != g).to(tl.int32), axis=1)
-    scale = tl.div_rn(tl.maximum(tl.max(tl.abs(g), axis=1), 1e-12), FP8_MAX)
-    scale = tl.where(nans > 0, float("nan"), scale)
+    largest = tl.reduce(tl.abs(g), 1, _max_keeping_nan)
+    scale = tl.div_rn(tl.maximum(largest, 1e-12, propagate_nan=tl.PropagateNan.ALL), FP8_MAX)
     tl.store(scales_ptr + column_block * rows + offs_m, scale, mask=inside)
     inverse = tl.div_rn(1.0, scale)
     tl.store(values_ptr + offs_m.to(tl.int64)[:, None] * columns + offs_n[None, :],
