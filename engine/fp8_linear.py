@@ -39,10 +39,7 @@ from torch import nn
 
 from hedgerow.engine.cuda_linear import LinearGelu
 from hedgerow.engine.dtype_choice import FP8_MIN_TOKENS
-from hedgerow.kernels.fp8_mlp import BLOCK as MLP_BLOCK
-from hedgerow.kernels.fp8_mlp import (down_product_blocks, quantize_weight_blocks,
-                                      up_gelu_quantize)
-from hedgerow.kernels.gelu_quantize import quantize_rows
+from hedgerow.kernels.gelu_quantize import gelu_quantize_rows, quantize_rows
 
 # The products FP8 takes, by their place in the layers: "qkv" the QKV product (BertLayer's and
 # Qwen3Layer's), "mlp" a GELU MLP's up and down products (BertLayer's).
@@ -91,9 +88,8 @@ class Fp8Linear(nn.Module):
 
 class Fp8Mlp(nn.Module):
     """A GELU MLP, down(gelu(up(x))), in FP8 from `min_tokens` rows: the up product with its
-    bias, the GELU and the quantization of its output in the epilogue, then the down product
-    (kernels/fp8_mlp.py, one scale per row and 128 columns between them); below, the bf16
-    modules it wraps.
+    bias in the epilogue (bf16 out), then the GELU and the quantization of its output in one
+    pass (kernels/gelu_quantize.py), then the down product; below, the bf16 modules it wraps.
 
     It replaces the layer's `up` module while the layer's `down` becomes an identity, so the
     layer's own `down(up(x))` runs it unchanged (use_fp8_products)."""
@@ -101,24 +97,18 @@ class Fp8Mlp(nn.Module):
     def __init__(self, up: nn.Module, down: nn.Linear, min_tokens: int = FP8_MIN_TOKENS) -> None:
         super().__init__()
         weight, _, self.approximate = _gelu_product(up)
-        if not _fits_blocks(weight):
-            raise ValueError(f"an FP8 MLP needs both sides of its weights to be multiples of "
-                             f"{MLP_BLOCK}, got {tuple(weight.shape)}")
         _keep_fp8_weight(self, "up", weight)
-        with torch.no_grad():
-            down_values, down_scales = quantize_weight_blocks(down.weight)
-        self.register_buffer("down_fp8", down_values)
-        self.register_buffer("down_block_scale", down_scales)
+        _keep_fp8_weight(self, "down", down.weight)
         self.up, self.down = up, down
         self.min_tokens = min_tokens
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] < self.min_tokens:
             return self.down(self.up(x))
-        values, scales = up_gelu_quantize(*quantize_rows(x), self.up_fp8, self.up_scale,
-                                          _gelu_product(self.up)[1], self.approximate)
-        return down_product_blocks(values, scales, self.down_fp8, self.down_block_scale,
-                                   self.down.bias, x.dtype)
+        before_gelu = _product(*quantize_rows(x), self.up_fp8, self.up_scale,
+                               _gelu_product(self.up)[1], x.dtype)
+        return _product(*gelu_quantize_rows(before_gelu, self.approximate), self.down_fp8,
+                        self.down_scale, self.down.bias, x.dtype)
 
     def extra_repr(self) -> str:
         return f"gelu={self.approximate}, fp8_from_tokens={self.min_tokens}"
@@ -136,12 +126,8 @@ def _is_gelu_mlp(up: nn.Module | None, down: nn.Module | None) -> bool:
     pair = (isinstance(up, LinearGelu)
             or (isinstance(up, nn.Sequential) and len(up) == 2 and type(up[0]) is nn.Linear
                 and type(up[1]) is nn.GELU))
-    return pair and type(down) is nn.Linear and _fits_blocks(_gelu_product(up)[0])
-
-
-def _fits_blocks(weight: torch.Tensor) -> bool:
-    """kernels/fp8_mlp.py's rule: both sides of the weight multiples of its block."""
-    return weight.shape[0] % MLP_BLOCK == 0 and weight.shape[1] % MLP_BLOCK == 0
+    return (pair and type(down) is nn.Linear and _fits(_gelu_product(up)[0])
+            and _fits(down.weight))
 
 
 def _fits(weight: torch.Tensor) -> bool:
