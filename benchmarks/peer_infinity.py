@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 from hedgerow.bench.clients import threads_until
 from hedgerow.bench.processes import at_least, free_port, grpc_serving, positive, start, stop, wait

@@ -8,10 +8,7 @@ median of 300 calls each after a device synchronize, every piece `CudaStepper.st
 host (packing the batch, launching the input copy, the replay and the copy back), the whole
 `step()`, and `step()` with its wait for the result, against the replay alone (CUDA events) and
 the replay with its wait. The GPU sits idle until the replay is launched, so what comes before
-the launch is on a batch's latency path. Also the candidates for the input's host buffer: a
-fresh pinned one each step (today), or one reused every step, pinned or pageable, alone and as
-the device path without step()'s Python (pack, copy, replay, copy back, wait; each result
-checked against step()'s). Prints a table.
+the launch is on a batch's latency path. Prints a table.
 """
 
 import argparse
@@ -91,37 +88,11 @@ def main(argv=None) -> int:
         replay()
         stepper.stream.synchronize()
 
-    # Candidates for the input's host buffer: today's fresh pinned one each step, or one buffer
-    # reused every step. Pageable: CUDA stages the copy before the launch returns, so the buffer
-    # is free again at once. Pinned: free only once the queued copy has run, so the engine would
-    # need a guard that this benchmark, waiting each time, does not.
-    reused = {"pinned": torch.empty(packed.numel(), dtype=torch.int32, pin_memory=True),
-              "pageable": torch.empty(packed.numel(), dtype=torch.int32)}
-
-    def device_path(buffer=None):
-        """What step() does on the device path, without its Python: pack, copy, replay,
-        copy back, wait."""
-        image = pack_bucket(batch, config, stepper.pooling, out=buffer)
-        with torch.cuda.stream(stepper.stream):
-            static.packed.copy_(image, non_blocking=True)
-            static.graph.replay()
-        return LazyTensor.copy_from_device(static.output[:1], stepper.stream).synchronize()
-
     rows = []
     with torch.inference_mode():
         rows.append(("pack_bucket (pinned buffer, numpy)",
                      median_us(lambda: pack_bucket(batch, config, stepper.pooling))))
-        for kind, buffer in reused.items():
-            rows.append((f"pack_bucket into one reused {kind} buffer", median_us(
-                lambda buffer=buffer: pack_bucket(batch, config, stepper.pooling, out=buffer))))
         rows.append(("launch the input copy", median_us(input_copy)))
-        for kind, buffer in reused.items():
-            image = pack_bucket(batch, config, stepper.pooling, out=buffer)
-
-            def copy_from(image=image):
-                with torch.cuda.stream(stepper.stream):
-                    static.packed.copy_(image, non_blocking=True)
-            rows.append((f"launch the input copy from the {kind} one", median_us(copy_from)))
         rows.append(("launch the replay", median_us(replay)))
         rows.append(("launch the copy back (LazyTensor)", median_us(
             lambda: LazyTensor.copy_from_device(static.output[:1], stepper.stream))))
@@ -129,14 +100,6 @@ def main(argv=None) -> int:
     rows.append(("Engine.step() and its wait", median_us(
         lambda: engine.step(batch).synchronize())))
     rows.append(("replay launch and its wait", median_us(replay_and_wait)))
-    expected = engine.step(batch).synchronize().clone()
-    with torch.inference_mode():
-        rows.append(("device path, fresh pinned buffer", median_us(device_path)))
-        for kind, buffer in reused.items():
-            if not torch.equal(device_path(buffer), expected):
-                raise SystemExit(f"the {kind} buffer's result differs from step()'s")
-            rows.append((f"device path, reused {kind} buffer", median_us(
-                lambda buffer=buffer: device_path(buffer))))
     rows.append(("replay on the device (events)", replay_device_us(stepper.stream, static.graph)))
     print(f"{torch.cuda.get_device_name()}, {args.only}, 1 x {args.tokens}, median µs")
     for name, value in rows:

@@ -81,24 +81,16 @@ def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
     return BucketViews(*(packed[where] for where in _bucket_slices(config)))
 
 
-def pack_bucket(feed: RaggedBatch, config: Config, pooling: str,
-                out: torch.Tensor | None = None) -> torch.Tensor:
+def pack_bucket(feed: RaggedBatch, config: Config, pooling: str) -> torch.Tensor:
     """The static-buffer image of `feed` padded to `config`: int32 [3N + 3S + 5], pinned when
-    CUDA is available, or written into the front of `out` (int32, on the host) and returned as
-    that view. Layout in the module docstring. Plain numpy on the host (tens of microseconds at
-    most), since it sits on every step's critical path."""
+    CUDA is available. Layout in the module docstring. Plain numpy on the host (tens of
+    microseconds at most), since it sits on every step's critical path."""
     n, slots = config.tokens, config.seq_slots
     t, b = feed.num_tokens, feed.num_seqs
     if t > n or b > slots:
         raise ValueError(f"a batch of {b} sequences and {t} tokens does not fit {config}")
-    size = 3 * n + 3 * slots + 5
-    if out is None:
-        packed = torch.empty(size, dtype=torch.int32, pin_memory=torch.cuda.is_available())
-    elif out.numel() >= size and out.dtype == torch.int32 and out.device.type == "cpu":
-        packed = out[:size]
-    else:
-        raise ValueError(f"{config} needs a host int32 buffer of {size} elements, got "
-                         f"{out.dtype} [{out.numel()}] on {out.device}")
+    packed = torch.empty(3 * n + 3 * slots + 5, dtype=torch.int32,
+                         pin_memory=torch.cuda.is_available())
     # numpy slices of one numpy view: six torch slices and their .numpy() took 12 of 20 µs.
     whole = packed.numpy()
     ids, pos, seq, cu, starts, lengths = (whole[where] for where in _bucket_slices(config))

@@ -9,9 +9,6 @@
   `hedgerow::head_norm_rope` custom op and its reference.
 - `ragged_attention` (+ `_triton`): ragged attention for short sequences, and the float64
   `reference_attention` every attention backend is tested against.
-- `small_products` (+ `_triton`): matrix products (with bias and GELU, or with residual and
-  LayerNorm) for small token counts that take part in programmatic dependent launch, and their
-  references.
 
 See docs/kernels.md.
 """

@@ -267,23 +267,6 @@ def test_a_batch_that_does_not_fit_its_bucket_is_refused():
         pack_bucket(feed, Config(1, 64), "cls")
 
 
-def test_packing_into_a_reused_buffer_matches_a_fresh_image():
-    """`out=`: every field is rewritten, so nothing of an earlier (larger) batch survives."""
-    from hedgerow.engine.batch import RaggedBatch
-    from hedgerow.engine.gpu import pack_bucket
-
-    reused = torch.full((4096,), -7, dtype=torch.int32)
-    for lengths, config, pooling in (([70, 5, 33], Config(4, 128), "mean"),
-                                     ([3], Config(1, 64), "cls"),
-                                     ([64, 64], Config(2, 128), "mean")):
-        batch = RaggedBatch.from_sequences([[i % 97 + 1 for i in range(n)] for n in lengths])
-        packed = pack_bucket(batch, config, pooling, out=reused)
-        assert packed.data_ptr() == reused.data_ptr()
-        assert torch.equal(packed, pack_bucket(batch, config, pooling))
-    with pytest.raises(ValueError, match="needs a host int32 buffer of 779 elements"):
-        pack_bucket(batch, Config(2, 256), "mean", out=reused[:100])
-
-
 def test_unpadded_packing_matches_the_host_layout():
     from hedgerow.engine.batch import RaggedBatch
     from hedgerow.engine.gpu import pack_unpadded
