@@ -32,7 +32,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      and cuDNN, `auto` the measured table, `auto+gelu` with the GELU epilogue too,
      `auto+gelu+quack` with QuACK's fused MLP products too (the defaults),
      `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`,
-     `float8-qkv` that with only the QKV products in FP8):
+     `float8-qkv` that with only the QKV products in FP8, `float8-fast` `float8` with the FP8
+     products summing in the tensor cores' own accumulator):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
      for FP8), compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
@@ -523,12 +524,15 @@ VARIANTS = {
     "max-autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
     "float8": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-qkv": {"gelu_epilogue": True, "quack_mlp": True},
+    "float8-fast": {"gelu_epilogue": True, "quack_mlp": True},
 }
 # Variants whose engine loads in another dtype than bfloat16.
-VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8"}
+VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8", "float8-fast": "float8"}
 # Variants whose FP8 takes other products than engine/fp8_linear.py's FP8_PRODUCTS: the QKV
 # products alone, its first version, measured beside the MLPs in FP8.
 VARIANT_FP8_PRODUCTS = {"float8-qkv": ("qkv",)}
+# Variants whose FP8 products sum in the tensor cores' own accumulator (fp8_linear.FP8_FAST_ACCUM).
+VARIANT_FP8_FAST_ACCUM = {"float8-fast": True}
 
 
 def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
@@ -541,7 +545,9 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
     try:
         dtype = VARIANT_DTYPES.get(variant, "bfloat16")
         products = VARIANT_FP8_PRODUCTS.get(variant, fp8_linear.FP8_PRODUCTS)
-        with mock.patch.object(fp8_linear, "FP8_PRODUCTS", products):
+        fast = VARIANT_FP8_FAST_ACCUM.get(variant, fp8_linear.FP8_FAST_ACCUM)
+        with mock.patch.object(fp8_linear, "FP8_PRODUCTS", products), \
+                mock.patch.object(fp8_linear, "FP8_FAST_ACCUM", fast):
             engine = Engine.load(directory, device="cuda", dtype=dtype, gpu_settings=settings)
         vocab = engine.info.vocab_size
         cosines, wide = [], []

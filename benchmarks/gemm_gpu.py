@@ -19,7 +19,8 @@ CUDA-graph replays (each side warmed, and so compiled, before capture):
 
 With `--fp8`, instead: every product of a layer of both shapes in bf16 against FP8 e4m3 with
 row-wise scales (`torch._scaled_mm`, bf16 out, the activation already quantized), the time of
-quantizing that activation as a kernel of its own (compiled), and FP8's relative error.
+quantizing that activation as a kernel of its own (compiled), and FP8's relative error, also
+with `use_fast_accum` (the sums kept in the tensor cores' own accumulator).
 
 With `--small-m`, instead: BGE-M3's four products at the given (small) token counts, cuBLAS
 against a plain Triton tile GEMM with its bias, the best of a dozen tile shapes, each side
@@ -151,23 +152,29 @@ def fp8_cells(tokens: list[int]):
             wq, ws = quantize_rows(w)
             ws = ws.t().contiguous()
 
-            def fp8(xq=xq, xs=xs, wq=wq, ws=ws):
+            def fp8(xq=xq, xs=xs, wq=wq, ws=ws, fast=False):
                 return torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws,
-                                        out_dtype=torch.bfloat16)
+                                        out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+            def fast(fp8=fp8):
+                return fp8(fast=True)
             ref = F.linear(x.float(), w.float())
             rows.append(dict(M=m, op=name, bf16=graph_time_us(lambda x=x, w=w: F.linear(x, w)),
-                             fp8=graph_time_us(fp8), quantize=graph_time_us(lambda x=x: quantize(x)),
-                             fp8_diff=((fp8().float() - ref).norm() / ref.norm()).item()))
+                             fp8=graph_time_us(fp8), fp8_fast=graph_time_us(fast),
+                             quantize=graph_time_us(lambda x=x: quantize(x)),
+                             fp8_diff=((fp8().float() - ref).norm() / ref.norm()).item(),
+                             fast_diff=((fast().float() - ref).norm() / ref.norm()).item()))
         print(f"M={m} done", flush=True)
     return rows
 
 
 def print_fp8(rows) -> None:
     print(f"\n{'op':16} {'M':>6} {'bf16 µs':>8} {'fp8 µs':>7} {'speed-up':>8} "
-          f"{'quantize µs':>11} {'rel. error':>10}")
+          f"{'fast µs':>7} {'quantize µs':>11} {'rel. error':>10} {'fast error':>10}")
     for r in rows:
         print(f"{r['op']:16} {r['M']:>6} {r['bf16']:>8.1f} {r['fp8']:>7.1f} "
-              f"{r['bf16'] / r['fp8']:>7.2f}x {r['quantize']:>11.1f} {r['fp8_diff']:>10.4f}")
+              f"{r['bf16'] / r['fp8']:>7.2f}x {r['fp8_fast']:>7.1f} {r['quantize']:>11.1f} "
+              f"{r['fp8_diff']:>10.4f} {r['fast_diff']:>10.4f}")
 
 
 def print_quack(rows) -> None:

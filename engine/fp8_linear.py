@@ -44,14 +44,18 @@ from hedgerow.kernels.gelu_quantize import gelu_quantize_rows, quantize_rows
 # The products FP8 takes, by their place in the layers: "qkv" the QKV product (BertLayer's and
 # Qwen3Layer's), "mlp" a GELU MLP's up and down products (BertLayer's).
 FP8_PRODUCTS = ("qkv", "mlp")
+# Whether the FP8 tensor cores sum each product's K in their own accumulator (`use_fast_accum`)
+# rather than promoting the partial sums to float32 every few steps: faster, less exact over a
+# long K. Read when a wrapper is built.
+FP8_FAST_ACCUM = False
 
 
 def _product(values: torch.Tensor, scales: torch.Tensor, weight_values: torch.Tensor,
-             weight_scales: torch.Tensor, bias: torch.Tensor | None,
-             out_dtype: torch.dtype) -> torch.Tensor:
+             weight_scales: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype,
+             fast_accum: bool) -> torch.Tensor:
     """(values * scales) (weight_values * weight_scales)^T + bias, on the FP8 tensor cores."""
     return torch._scaled_mm(values, weight_values.t(), scale_a=scales, scale_b=weight_scales,
-                            bias=bias, out_dtype=out_dtype)
+                            bias=bias, out_dtype=out_dtype, use_fast_accum=fast_accum)
 
 
 def _keep_fp8_weight(module: nn.Module, name: str, weight: torch.Tensor) -> None:
@@ -75,12 +79,13 @@ class Fp8Linear(nn.Module):
         _keep_fp8_weight(self, "weight", inner.weight)
         self.inner = inner
         self.min_tokens = min_tokens
+        self.fast_accum = FP8_FAST_ACCUM
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] < self.min_tokens:
             return self.inner(x)
         return _product(*quantize_rows(x), self.weight_fp8, self.weight_scale, self.inner.bias,
-                        x.dtype)
+                        x.dtype, self.fast_accum)
 
     def extra_repr(self) -> str:
         return f"fp8_from_tokens={self.min_tokens}"
@@ -101,14 +106,15 @@ class Fp8Mlp(nn.Module):
         _keep_fp8_weight(self, "down", down.weight)
         self.up, self.down = up, down
         self.min_tokens = min_tokens
+        self.fast_accum = FP8_FAST_ACCUM
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] < self.min_tokens:
             return self.down(self.up(x))
         before_gelu = _product(*quantize_rows(x), self.up_fp8, self.up_scale,
-                               _gelu_product(self.up)[1], x.dtype)
+                               _gelu_product(self.up)[1], x.dtype, self.fast_accum)
         return _product(*gelu_quantize_rows(before_gelu, self.approximate), self.down_fp8,
-                        self.down_scale, self.down.bias, x.dtype)
+                        self.down_scale, self.down.bias, x.dtype, self.fast_accum)
 
     def extra_repr(self) -> str:
         return f"gelu={self.approximate}, fp8_from_tokens={self.min_tokens}"
