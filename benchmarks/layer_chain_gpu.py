@@ -1,0 +1,285 @@
+"""One persistent kernel for BGE-M3's layers at batch 1 against one kernel per product.
+
+    python -P benchmarks/layer_chain_gpu.py [--out DIR] [--tokens 128] [--rounds 3]
+
+Runs on a CUDA GPU; the numbers in docs/benchmarks.md say which. At 1 x 128 a layer is seven
+kernels, each a few µs of launch, ramp and drain around about a microsecond of weight reading
+(docs/benchmarks.md, "where BGE-M3's 1 x 128 goes"). This asks whether one kernel that stays
+resident for all 24 layers, its programs meeting at a grid-wide barrier between steps, beats
+that, before any engine is built around it.
+
+The work, per layer, as the engine runs it at 1 x M (attention left out: the output product
+reads the first H columns of the QKV product, as a stand-in):
+QKV product with bias; output product, bias, residual, LayerNorm; up product with bias and
+tanh GELU; down product, bias, residual, LayerNorm. Each layer has its own weights (read from
+HBM, as in the model), random, bf16.
+
+- `cuBLAS`: `F.linear`, `torch._addmm_activation` (cuBLASLt's GELU epilogue) and
+  `F.layer_norm`: one kernel a product and one a norm, as in the compiled engine.
+- `persistent`: `_layers` below, one launch of as many programs as the GPU has SMs. A product
+  is split into tiles of BN output columns (and, for the output and down products, SPLIT
+  slices of K whose float32 partial sums the norm step adds up); each program takes every
+  n-th tile; a barrier (an atomic counter) separates the steps. Its tiles are the fastest of
+  a small sweep.
+
+Each chain is one CUDA graph of 24 layers; µs a layer, rounds interleaved; the persistent
+result is checked against cuBLAS's (cosine). Writes OUT/layer_chain_gpu.json, prints a table.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+HIDDEN, QKV, FF, LAYERS, EPS = 1024, 3072, 4096, 24, 1e-5
+
+
+@triton.jit
+def _grid_sync(sync_ptr, target):
+    """Wait until every program has reached the barrier numbered `target / programs`; every
+    store a program made before it is visible to every program after it."""
+    tl.debug_barrier()
+    tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
+    while tl.load(sync_ptr, volatile=True) < target:
+        pass
+    tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _gelu_tanh(x):
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
+
+
+@triton.jit
+def _product(a_ptr, lda, w_ptr, b_ptr, out_ptr, M, N, K, pid, programs,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+             PARTIAL: tl.constexpr, GELU: tl.constexpr):
+    """out = a[:M, :K] w^T: with PARTIAL float32 partial sums [SPLIT, M, N], one per slice of
+    K; otherwise (SPLIT 1) plus bias (and GELU) in out's dtype [M, N]."""
+    tiles = N // BN
+    k_len = K // SPLIT
+    rows = tl.arange(0, BM)
+    for item in range(pid, tiles * SPLIT, programs):
+        cols = (item % tiles) * BN + tl.arange(0, BN)
+        k_start = (item // tiles) * k_len
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(k_start, k_start + k_len, BK):
+            ks = k0 + tl.arange(0, BK)
+            a = tl.load(a_ptr + rows[:, None] * lda + ks[None, :], mask=rows[:, None] < M,
+                        other=0.0, cache_modifier=".cg")
+            w = tl.load(w_ptr + cols[:, None] * K + ks[None, :])
+            acc = tl.dot(a, tl.trans(w), acc)
+        mask = rows[:, None] < M
+        if not PARTIAL:
+            acc += tl.load(b_ptr + cols).to(tl.float32)[None, :]
+            if GELU:
+                acc = _gelu_tanh(acc)
+            tl.store(out_ptr + rows[:, None] * N + cols[None, :],
+                     acc.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            tl.store(out_ptr + (item // tiles) * M * N + rows[:, None] * N + cols[None, :], acc,
+                     mask=mask)
+
+
+@triton.jit
+def _add_norm(partial_ptr, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out_ptr, M, N, eps,
+              pid, programs, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """out = LayerNorm(sum of the SPLIT partials + bias + residual), row by row."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    for row in range(pid, M, programs):
+        x = tl.load(residual_ptr + row * N + cols, mask=mask, other=0.0,
+                    cache_modifier=".cg").to(tl.float32)
+        x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        for s in range(SPLIT):
+            x += tl.load(partial_ptr + s * M * N + row * N + cols, mask=mask, other=0.0,
+                         cache_modifier=".cg")
+        mean = tl.sum(x, axis=0) / N
+        centred = tl.where(mask, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + eps)
+        y = centred * rstd * tl.load(gamma_ptr + cols, mask=mask).to(tl.float32)
+        y += tl.load(beta_ptr + cols, mask=mask).to(tl.float32)
+        tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _layers(y_ptr, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w, down_b, g2, b2,
+            qkv_buf, h_buf, u_buf, partial_buf, sync_ptr, M, H, QKV_N, FF_N, LAYER_COUNT, eps,
+            BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr,
+            SPLIT_O: tl.constexpr, BN_UP: tl.constexpr, BN_DOWN: tl.constexpr,
+            SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Every layer of the chain, in place on y [M, H]; `sync_ptr` a zeroed int32."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    barrier = 0
+    for layer in range(LAYER_COUNT):
+        _product(y_ptr, H, qkv_w + layer * QKV_N * H, qkv_b + layer * QKV_N, qkv_buf, M, QKV_N,
+                 H, pid, programs, BM, BN_QKV, BK, 1, False, False)
+        barrier += 1
+        _grid_sync(sync_ptr, barrier * programs)
+        _product(qkv_buf, QKV_N, o_w + layer * H * H, o_b, partial_buf, M, H, H, pid, programs,
+                 BM, BN_O, BK, SPLIT_O, True, False)
+        barrier += 1
+        _grid_sync(sync_ptr, barrier * programs)
+        _add_norm(partial_buf, o_b + layer * H, y_ptr, g1 + layer * H, b1 + layer * H, h_buf,
+                  M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
+        barrier += 1
+        _grid_sync(sync_ptr, barrier * programs)
+        _product(h_buf, H, up_w + layer * FF_N * H, up_b + layer * FF_N, u_buf, M, FF_N, H, pid,
+                 programs, BM, BN_UP, BK, 1, False, True)
+        barrier += 1
+        _grid_sync(sync_ptr, barrier * programs)
+        _product(u_buf, FF_N, down_w + layer * H * FF_N, down_b, partial_buf, M, H, FF_N, pid,
+                 programs, BM, BN_DOWN, BK, SPLIT_DOWN, True, False)
+        barrier += 1
+        _grid_sync(sync_ptr, barrier * programs)
+        _add_norm(partial_buf, down_b + layer * H, h_buf, g2 + layer * H, b2 + layer * H, y_ptr,
+                  M, H, eps, pid, programs, SPLIT_DOWN, BLOCK_H)
+        barrier += 1
+        _grid_sync(sync_ptr, barrier * programs)
+
+
+def random_layers(hidden=HIDDEN, qkv=QKV, ff=FF, layers=LAYERS, device="cuda",
+                  dtype=torch.bfloat16):
+    """Stacked weights [layers, ...] of the chain."""
+    def randn(*shape, scale, centre=0.0):
+        return (torch.randn(layers, *shape, device=device) * scale + centre).to(dtype)
+
+    return dict(qkv_w=randn(qkv, hidden, scale=0.03), qkv_b=randn(qkv, scale=0.02),
+                o_w=randn(hidden, hidden, scale=0.03), o_b=randn(hidden, scale=0.02),
+                g1=randn(hidden, scale=0.1, centre=1.0), b1=randn(hidden, scale=0.02),
+                up_w=randn(ff, hidden, scale=0.03), up_b=randn(ff, scale=0.02),
+                down_w=randn(hidden, ff, scale=0.03), down_b=randn(hidden, scale=0.02),
+                g2=randn(hidden, scale=0.1, centre=1.0), b2=randn(hidden, scale=0.02))
+
+
+def reference_chain(x, w, eps=EPS):
+    """The chain in torch, one kernel a product and one a norm (cuBLAS on a GPU)."""
+    hidden = x.shape[1]
+    y = x
+    for i in range(w["qkv_w"].shape[0]):
+        q = F.linear(y, w["qkv_w"][i], w["qkv_b"][i])[:, :hidden]  # attention's stand-in
+        h = F.layer_norm(F.linear(q, w["o_w"][i], w["o_b"][i]) + y, (hidden,), w["g1"][i],
+                         w["b1"][i], eps)
+        if x.is_cuda:  # cuBLASLt's epilogue, the tanh GELU
+            u = torch._addmm_activation(w["up_b"][i], h, w["up_w"][i].t(), use_gelu=True)
+        else:
+            u = F.gelu(F.linear(h, w["up_w"][i], w["up_b"][i]), approximate="tanh")
+        y = F.layer_norm(F.linear(u, w["down_w"][i], w["down_b"][i]) + h, (hidden,),
+                         w["g2"][i], w["b2"][i], eps)
+    return y
+
+
+class PersistentChain:
+    """`_layers` with its buffers, for inputs of up to `block_m` rows."""
+
+    def __init__(self, w, tiles, programs, block_m=128, eps=EPS):
+        self.w, self.tiles, self.programs, self.block_m, self.eps = w, tiles, programs, block_m, eps
+        layers, qkv, hidden = w["qkv_w"].shape
+        ff = w["up_w"].shape[1]
+        for n, k, bn, split in ((qkv, hidden, tiles["BN_QKV"], 1), (hidden, hidden, tiles["BN_O"],
+                                tiles["SPLIT_O"]), (ff, hidden, tiles["BN_UP"], 1),
+                                (hidden, ff, tiles["BN_DOWN"], tiles["SPLIT_DOWN"])):
+            if n % bn or k % (split * tiles["BK"]):
+                raise ValueError(f"a [{n}, {k}] product needs N a multiple of {bn} and K of "
+                                 f"{split} x {tiles['BK']}")
+        like = dict(device=w["qkv_w"].device, dtype=w["qkv_w"].dtype)
+        split = max(tiles["SPLIT_O"], tiles["SPLIT_DOWN"])
+        self.qkv = torch.empty(block_m, qkv, **like)
+        self.h = torch.empty(block_m, hidden, **like)
+        self.u = torch.empty(block_m, ff, **like)
+        self.y = torch.empty(block_m, hidden, **like)
+        self.partial = torch.empty(split, block_m, hidden, device=like["device"],
+                                   dtype=torch.float32)
+        self.sync = torch.zeros(1, device=like["device"], dtype=torch.int32)
+
+    def __call__(self, x):
+        m, hidden = x.shape
+        if m > self.block_m:
+            raise ValueError(f"at most {self.block_m} rows, got {m}")
+        y = self.y[:m]
+        y.copy_(x)
+        self.sync.zero_()
+        w, t = self.w, self.tiles
+        _layers[(self.programs,)](
+            y, w["qkv_w"], w["qkv_b"], w["o_w"], w["o_b"], w["g1"], w["b1"], w["up_w"],
+            w["up_b"], w["down_w"], w["down_b"], w["g2"], w["b2"], self.qkv, self.h, self.u,
+            self.partial, self.sync, m, hidden, w["qkv_w"].shape[1], w["up_w"].shape[1],
+            w["qkv_w"].shape[0], self.eps, BM=self.block_m, BK=t["BK"], BN_QKV=t["BN_QKV"],
+            BN_O=t["BN_O"], SPLIT_O=t["SPLIT_O"], BN_UP=t["BN_UP"], BN_DOWN=t["BN_DOWN"],
+            SPLIT_DOWN=t["SPLIT_DOWN"], BLOCK_H=triton.next_power_of_2(hidden),
+            num_warps=t["warps"], num_stages=t["stages"])
+        return y
+
+
+# Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages).
+SWEEP = [
+    (128, 32, 32, 4, 32, 32, 4, 4, 3),
+    (128, 32, 64, 8, 32, 64, 8, 4, 3),
+    (64, 32, 32, 4, 32, 32, 4, 4, 4),
+    (128, 64, 64, 4, 64, 64, 8, 8, 3),
+    (64, 16, 32, 4, 16, 32, 8, 4, 4),
+]
+_KEYS = ("BK", "BN_QKV", "BN_O", "SPLIT_O", "BN_UP", "BN_DOWN", "SPLIT_DOWN", "warps", "stages")
+
+
+def main() -> int:
+    from hedgerow.bench import engine_gpu
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    w = random_layers()
+    x = torch.randn(args.tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    reference = reference_chain(x, w).float()
+    cases = {"cuBLAS": lambda: reference_chain(x, w)}
+    tried = {}
+    for values in SWEEP:
+        tiles = dict(zip(_KEYS, values))
+        name = "persistent " + "/".join(str(v) for v in values)
+        chain = PersistentChain(w, tiles, programs)
+        try:
+            out = chain(x).float()
+            torch.cuda.synchronize()
+        except Exception as error:  # a tile this GPU cannot run (shared memory, registers)
+            engine_gpu.log(f"{name}: {type(error).__name__}: {str(error)[:200]}")
+            continue
+        cosine = F.cosine_similarity(out, reference).min().item()
+        if chain.sync.item() != 6 * LAYERS * programs:  # each program once at every barrier
+            engine_gpu.log(f"{name}: barrier counter {chain.sync.item()}, want "
+                           f"{6 * LAYERS * programs}")
+            continue
+        us = engine_gpu.graph_time_us(lambda c=chain: c(x), reps=10) / LAYERS
+        tried[name] = dict(cosine=round(cosine, 6), us_per_layer=round(us, 2))
+        engine_gpu.log(f"{name}: {us:.2f} us a layer, cosine to cuBLAS {cosine:.6f}")
+        if cosine > 0.999:
+            cases[name] = lambda c=chain: c(x)
+    best = min((n for n in cases if n != "cuBLAS"), key=lambda n: tried[n]["us_per_layer"],
+               default=None)
+    final = {"cuBLAS": cases["cuBLAS"]} | ({best: cases[best]} if best else {})
+    times = {name: [] for name in final}
+    for _ in range(args.rounds):
+        for name, fn in final.items():
+            times[name].append(round(engine_gpu.graph_time_us(fn, reps=10) / LAYERS, 2))
+    result = {"device": torch.cuda.get_device_name(), "tokens": args.tokens,
+              "programs": programs, "sweep": tried, "us_per_layer": times}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "layer_chain_gpu.json").write_text(json.dumps(result, indent=1))
+    engine_gpu.log(f"\n{args.tokens} tokens, {programs} programs, µs a layer by round:")
+    for name, values in times.items():
+        engine_gpu.log(f"  {name:40s} {' / '.join(f'{v:.2f}' for v in values)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
