@@ -47,7 +47,7 @@ FP8_PRODUCTS = ("qkv", "mlp")
 # Whether the FP8 tensor cores sum each product's K in their own accumulator (`use_fast_accum`)
 # rather than promoting the partial sums to float32 every few steps: faster, less exact over a
 # long K. Read when a wrapper is built.
-FP8_FAST_ACCUM = False
+FP8_FAST_ACCUM = True
 
 
 def _product(values: torch.Tensor, scales: torch.Tensor, weight_values: torch.Tensor,
