@@ -32,8 +32,9 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      and cuDNN, `auto` the measured table, `auto+gelu` with the GELU epilogue too,
      `auto+gelu+quack` with QuACK's fused MLP products too (the defaults),
      `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`,
-     `float8-qkv` that with only the QKV products in FP8, `float8-fast` `float8` with the FP8
-     products summing in the tensor cores' own accumulator):
+     `float8-qkv` that with only the QKV products in FP8, `float8-fast` / `float8-promoted`
+     `float8` with the FP8 products' sums in the tensor cores' own accumulator / promoted to
+     float32):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
      for FP8), compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
@@ -525,14 +526,17 @@ VARIANTS = {
     "float8": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-qkv": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-fast": {"gelu_epilogue": True, "quack_mlp": True},
+    "float8-promoted": {"gelu_epilogue": True, "quack_mlp": True},
 }
 # Variants whose engine loads in another dtype than bfloat16.
-VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8", "float8-fast": "float8"}
+VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8", "float8-fast": "float8",
+                  "float8-promoted": "float8"}
 # Variants whose FP8 takes other products than engine/fp8_linear.py's FP8_PRODUCTS: the QKV
 # products alone, its first version, measured beside the MLPs in FP8.
 VARIANT_FP8_PRODUCTS = {"float8-qkv": ("qkv",)}
-# Variants whose FP8 products sum in the tensor cores' own accumulator (fp8_linear.FP8_FAST_ACCUM).
-VARIANT_FP8_FAST_ACCUM = {"float8-fast": True}
+# Variants that set fp8_linear.FP8_FAST_ACCUM (the others take its default): whether the FP8
+# products sum in the tensor cores' own accumulator or promote their sums to float32.
+VARIANT_FP8_FAST_ACCUM = {"float8-fast": True, "float8-promoted": False}
 
 
 def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):

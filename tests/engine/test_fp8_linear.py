@@ -46,6 +46,26 @@ def _linear(k=64, n=48, bias=True, seed=1):
     return nn.Linear(k, n, bias=bias).to(torch.bfloat16)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_products_sum_as_fp8_fast_accum_says_when_the_wrapper_is_built(monkeypatch, fast):
+    # The CPU's _scaled_mm sums in float32 either way, so the flag is checked where it is passed.
+    from hedgerow.engine import fp8_linear
+    monkeypatch.setattr(fp8_linear, "FP8_FAST_ACCUM", fast)
+    mlp = Fp8Mlp(nn.Sequential(_linear(64, 96), nn.GELU("tanh")), _linear(96, 64), min_tokens=1)
+    linear = Fp8Linear(_linear(), min_tokens=1)
+    monkeypatch.setattr(fp8_linear, "FP8_FAST_ACCUM", not fast)  # read at build time only
+    seen = []
+    scaled_mm = torch._scaled_mm
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["use_fast_accum"])
+        return scaled_mm(*args, **kwargs)
+    monkeypatch.setattr(torch, "_scaled_mm", spy)
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    linear(x), mlp(x)
+    assert seen == [fast] * 3  # the QKV-style product, then up and down
+
+
 def test_below_its_row_count_the_wrapper_is_the_module_it_wraps():
     linear = _linear()
     wrapped = Fp8Linear(linear, min_tokens=64)
