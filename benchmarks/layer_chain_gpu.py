@@ -1,6 +1,6 @@
 """One persistent kernel for BGE-M3's layers at batch 1 against one kernel per product.
 
-    python -P benchmarks/layer_chain_gpu.py [--out DIR] [--tokens 128] [--rounds 3]
+    python -P benchmarks/layer_chain_gpu.py [--out DIR] [--tokens 128] [--rounds 3] [--barriers]
 
 Runs on a CUDA GPU; the numbers in docs/benchmarks.md say which. At 1 x 128 a layer is seven
 kernels, each a few µs of launch, ramp and drain around about a microsecond of weight reading
@@ -24,6 +24,11 @@ HBM, as in the model), random, bf16.
 
 Each chain is one CUDA graph of 24 layers; µs a layer, rounds interleaved; the persistent
 result is checked against cuBLAS's (cosine). Writes OUT/layer_chain_gpu.json, prints a table.
+
+With `--barriers`, instead: what the persistent kernel's steps cost without their products:
+144 barriers in one launch, alone and with every program reading the [128, 1,024] bf16
+activation from L2 before each (as each tile of a product over the whole of K does), with as
+many programs as SMs and with 64.
 """
 
 import argparse
@@ -145,6 +150,39 @@ def _layers(y_ptr, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w, down_b, g
         _grid_sync(sync_ptr, barrier * programs)
 
 
+@triton.jit
+def _barriers(sync_ptr, count, a_ptr, K: tl.constexpr, READ: tl.constexpr):
+    programs = tl.num_programs(0)
+    rows = tl.arange(0, 128)
+    acc = tl.zeros((128, 64), dtype=tl.float32)
+    for i in range(count):
+        if READ:
+            for k0 in range(0, K, 64):
+                acc += tl.load(a_ptr + rows[:, None] * K + k0 + tl.arange(0, 64)[None, :],
+                               cache_modifier=".cg").to(tl.float32)
+        _grid_sync(sync_ptr, (i + 1) * programs)
+    # never true for these inputs; keeps the reads from being optimized away
+    tl.store(a_ptr + rows[:, None] * K + tl.arange(0, 64)[None, :], acc.to(tl.bfloat16),
+             mask=acc > 1e30)
+
+
+def barrier_cells(programs, count=144):
+    """µs a barrier, alone and after each program reads a [128, 1,024] activation."""
+    from hedgerow.bench import engine_gpu
+    sync = torch.zeros(1, device="cuda", dtype=torch.int32)
+    a = torch.randn(128, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    cells = []
+    for read in (False, True):
+        for grid in (programs, 64):
+            def run(read=read, grid=grid):
+                sync.zero_()
+                _barriers[(grid,)](sync, count, a, K=HIDDEN, READ=read, num_warps=4)
+            us = engine_gpu.graph_time_us(run, reps=10) / count
+            cells.append(dict(read=read, programs=grid, us_per_barrier=round(us, 2)))
+            engine_gpu.log(f"read {read}, {grid} programs: {us:.2f} us a barrier")
+    return cells
+
+
 def random_layers(hidden=HIDDEN, qkv=QKV, ff=FF, layers=LAYERS, device="cuda",
                   dtype=torch.bfloat16):
     """Stacked weights [layers, ...] of the chain."""
@@ -240,11 +278,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--barriers", action="store_true",
+                        help="time the barriers alone and with an activation read instead")
     args = parser.parse_args()
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.barriers:
+        cells = barrier_cells(programs)
+        (args.out / "layer_chain_barriers.json").write_text(json.dumps(cells, indent=1))
+        return 0
     torch.manual_seed(0)
     w = random_layers()
     x = torch.randn(args.tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
-    programs = torch.cuda.get_device_properties(0).multi_processor_count
     reference = reference_chain(x, w).float()
     cases = {"cuBLAS": lambda: reference_chain(x, w)}
     tried = {}
@@ -277,7 +322,6 @@ def main() -> int:
             times[name].append(round(engine_gpu.graph_time_us(fn, reps=10) / LAYERS, 2))
     result = {"device": torch.cuda.get_device_name(), "tokens": args.tokens,
               "programs": programs, "sweep": tried, "us_per_layer": times}
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "layer_chain_gpu.json").write_text(json.dumps(result, indent=1))
     engine_gpu.log(f"\n{args.tokens} tokens, {programs} programs, µs a layer by round:")
     for name, values in times.items():
