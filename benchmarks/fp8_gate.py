@@ -9,7 +9,8 @@ in bfloat16 with the GPU engine's rewrites (the GELU epilogue's tanh GELU, the f
 product), and the same with the layer products FP8 takes in e4m3 with row-wise scales
 (engine/fp8_linear.py, at every batch size). Prints each one's smallest and median cosine to float32. torch runs
 `_scaled_mm` on the CPU too, on the same e4m3 values and scales with float32 sums, so the CPU
-gives the GPU's numbers to within summation order; `--device cuda` runs it on the FP8 tensor
+gives the GPU's numbers to within the sums' precision (the GPU keeps them in the FP8 tensor
+cores' own accumulator, fp8_linear.FP8_FAST_ACCUM); `--device cuda` runs it on the FP8 tensor
 cores (compute capability 8.9 or newer). The compiled engine with its graphs is gated by
 `benchmarks/engine_gpu.py --variant float8` (random weights of the real shapes).
 """
