@@ -20,7 +20,7 @@ HBM, as in the model), random, bf16.
   is split into tiles of BN output columns (and, for the output and down products, SPLIT
   slices of K whose float32 partial sums the norm step adds up); each program takes every
   n-th tile; a barrier (an atomic counter) separates the steps. Its tiles are the fastest of
-  a small sweep.
+  a small sweep, with the products loading through pointers or tensor descriptors (TMA).
 
 Each chain is one CUDA graph of 24 layers; µs a layer, rounds interleaved; the persistent
 result is checked against cuBLAS's (cosine). Writes OUT/layer_chain_gpu.json, prints a table.
@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 HIDDEN, QKV, FF, LAYERS, EPS = 1024, 3072, 4096, 24, 1e-5
 
@@ -62,11 +63,20 @@ def _gelu_tanh(x):
 
 
 @triton.jit
-def _product(a_ptr, lda, w_ptr, b_ptr, out_ptr, M, N, K, pid, programs,
+def _proxy_fence():
+    """Order this thread's plain global accesses with its TMA ones (another memory proxy)."""
+    tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-             PARTIAL: tl.constexpr, GELU: tl.constexpr):
-    """out = a[:M, :K] w^T: with PARTIAL float32 partial sums [SPLIT, M, N], one per slice of
-    K; otherwise (SPLIT 1) plus bias (and GELU) in out's dtype [M, N]."""
+             PARTIAL: tl.constexpr, GELU: tl.constexpr, TMA: tl.constexpr):
+    """out = a[:M, :K] w[w_row0:w_row0 + N]^T: with PARTIAL float32 partial sums [SPLIT, M, N],
+    one per slice of K; otherwise (SPLIT 1) plus bias (and GELU) in out's dtype [M, N]. With
+    TMA, a_src and w_src are tensor descriptors ([M, *] blocks [BM, BK], [*, K] blocks
+    [BN, BK]; rows past M load as zeros), else pointers."""
     tiles = N // BN
     k_len = K // SPLIT
     rows = tl.arange(0, BM)
@@ -75,10 +85,14 @@ def _product(a_ptr, lda, w_ptr, b_ptr, out_ptr, M, N, K, pid, programs,
         k_start = (item // tiles) * k_len
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(k_start, k_start + k_len, BK):
-            ks = k0 + tl.arange(0, BK)
-            a = tl.load(a_ptr + rows[:, None] * lda + ks[None, :], mask=rows[:, None] < M,
-                        other=0.0, cache_modifier=".cg")
-            w = tl.load(w_ptr + cols[:, None] * K + ks[None, :])
+            if TMA:
+                a = a_src.load([0, k0])
+                w = w_src.load([w_row0 + (item % tiles) * BN, k0])
+            else:
+                ks = k0 + tl.arange(0, BK)
+                a = tl.load(a_src + rows[:, None] * lda + ks[None, :], mask=rows[:, None] < M,
+                            other=0.0, cache_modifier=".cg")
+                w = tl.load(w_src + (w_row0 + cols)[:, None] * K + ks[None, :])
             acc = tl.dot(a, tl.trans(w), acc)
         mask = rows[:, None] < M
         if not PARTIAL:
@@ -114,40 +128,48 @@ def _add_norm(partial_ptr, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out_ptr,
 
 
 @triton.jit
-def _layers(y_ptr, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w, down_b, g2, b2,
-            qkv_buf, h_buf, u_buf, partial_buf, sync_ptr, M, H, QKV_N, FF_N, LAYER_COUNT, eps,
-            BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr,
-            SPLIT_O: tl.constexpr, BN_UP: tl.constexpr, BN_DOWN: tl.constexpr,
-            SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Every layer of the chain, in place on y [M, H]; `sync_ptr` a zeroed int32."""
+def _step_done(sync_ptr, barrier, programs, FENCE: tl.constexpr):
+    """The barrier that ends a step; with FENCE, TMA reads after it see plain writes before."""
+    if FENCE:
+        _proxy_fence()
+    _grid_sync(sync_ptr, barrier * programs)
+    if FENCE:
+        _proxy_fence()
+    return barrier + 1
+
+
+@triton.jit
+def _layers(y_ptr, a_y, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w, down_b, g2, b2,
+            qkv_buf, a_qkv, h_buf, a_h, u_buf, a_u, partial_buf, sync_ptr, M, H, QKV_N, FF_N,
+            LAYER_COUNT, eps, BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr,
+            BN_O: tl.constexpr, SPLIT_O: tl.constexpr, BN_UP: tl.constexpr,
+            BN_DOWN: tl.constexpr, SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr,
+            TMA: tl.constexpr, FENCE: tl.constexpr):
+    """Every layer of the chain, in place on y [M, H]; `sync_ptr` a zeroed int32. The a_* and
+    weight arguments are what the products load from: the buffers themselves, or with TMA
+    their tensor descriptors (the weights stacked as [layers * N, K])."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    barrier = 0
+    barrier = 1
     for layer in range(LAYER_COUNT):
-        _product(y_ptr, H, qkv_w + layer * QKV_N * H, qkv_b + layer * QKV_N, qkv_buf, M, QKV_N,
-                 H, pid, programs, BM, BN_QKV, BK, 1, False, False)
-        barrier += 1
-        _grid_sync(sync_ptr, barrier * programs)
-        _product(qkv_buf, QKV_N, o_w + layer * H * H, o_b, partial_buf, M, H, H, pid, programs,
-                 BM, BN_O, BK, SPLIT_O, True, False)
-        barrier += 1
-        _grid_sync(sync_ptr, barrier * programs)
+        _product(a_y, H, qkv_w, layer * QKV_N, qkv_b + layer * QKV_N, qkv_buf, M, QKV_N, H, pid,
+                 programs, BM, BN_QKV, BK, 1, False, False, TMA)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+        _product(a_qkv, QKV_N, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM,
+                 BN_O, BK, SPLIT_O, True, False, TMA)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, o_b + layer * H, y_ptr, g1 + layer * H, b1 + layer * H, h_buf,
                   M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
-        barrier += 1
-        _grid_sync(sync_ptr, barrier * programs)
-        _product(h_buf, H, up_w + layer * FF_N * H, up_b + layer * FF_N, u_buf, M, FF_N, H, pid,
-                 programs, BM, BN_UP, BK, 1, False, True)
-        barrier += 1
-        _grid_sync(sync_ptr, barrier * programs)
-        _product(u_buf, FF_N, down_w + layer * H * FF_N, down_b, partial_buf, M, H, FF_N, pid,
-                 programs, BM, BN_DOWN, BK, SPLIT_DOWN, True, False)
-        barrier += 1
-        _grid_sync(sync_ptr, barrier * programs)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+        _product(a_h, H, up_w, layer * FF_N, up_b + layer * FF_N, u_buf, M, FF_N, H, pid,
+                 programs, BM, BN_UP, BK, 1, False, True, TMA)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+        _product(a_u, FF_N, down_w, layer * H, down_b, partial_buf, M, H, FF_N, pid, programs,
+                 BM, BN_DOWN, BK, SPLIT_DOWN, True, False, TMA)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, down_b + layer * H, h_buf, g2 + layer * H, b2 + layer * H, y_ptr,
                   M, H, eps, pid, programs, SPLIT_DOWN, BLOCK_H)
-        barrier += 1
-        _grid_sync(sync_ptr, barrier * programs)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
 
 
 @triton.jit
@@ -245,30 +267,42 @@ class PersistentChain:
         y.copy_(x)
         self.sync.zero_()
         w, t = self.w, self.tiles
+        a = dict(y=y, qkv=self.qkv[:m], h=self.h[:m], u=self.u[:m])
+        weights = {k: w[k] for k in ("qkv_w", "o_w", "up_w", "down_w")}
+        if t.get("tma"):
+            a = {k: TensorDescriptor.from_tensor(v, [self.block_m, t["BK"]]) for k, v in a.items()}
+            weights = {k: TensorDescriptor.from_tensor(v.flatten(0, 1), [t[bn], t["BK"]])
+                       for (k, v), bn in zip(weights.items(),
+                                             ("BN_QKV", "BN_O", "BN_UP", "BN_DOWN"))}
         _layers[(self.programs,)](
-            y, w["qkv_w"], w["qkv_b"], w["o_w"], w["o_b"], w["g1"], w["b1"], w["up_w"],
-            w["up_b"], w["down_w"], w["down_b"], w["g2"], w["b2"], self.qkv, self.h, self.u,
-            self.partial, self.sync, m, hidden, w["qkv_w"].shape[1], w["up_w"].shape[1],
-            w["qkv_w"].shape[0], self.eps, BM=self.block_m, BK=t["BK"], BN_QKV=t["BN_QKV"],
-            BN_O=t["BN_O"], SPLIT_O=t["SPLIT_O"], BN_UP=t["BN_UP"], BN_DOWN=t["BN_DOWN"],
+            y, a["y"], weights["qkv_w"], w["qkv_b"], weights["o_w"], w["o_b"], w["g1"], w["b1"],
+            weights["up_w"], w["up_b"], weights["down_w"], w["down_b"], w["g2"], w["b2"],
+            self.qkv, a["qkv"], self.h, a["h"], self.u, a["u"], self.partial, self.sync, m,
+            hidden, w["qkv_w"].shape[1], w["up_w"].shape[1], w["qkv_w"].shape[0], self.eps,
+            BM=self.block_m, BK=t["BK"], BN_QKV=t["BN_QKV"], BN_O=t["BN_O"],
+            SPLIT_O=t["SPLIT_O"], BN_UP=t["BN_UP"], BN_DOWN=t["BN_DOWN"],
             SPLIT_DOWN=t["SPLIT_DOWN"], BLOCK_H=triton.next_power_of_2(hidden),
+            TMA=bool(t.get("tma")), FENCE=bool(t.get("tma")) and x.is_cuda,
             num_warps=t["warps"], num_stages=t["stages"])
         return y
 
 
-# Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages).
+# Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages,
+# tma: the products' loads through tensor descriptors).
 SWEEP = [
-    (128, 32, 32, 4, 32, 32, 4, 4, 3),
-    (128, 32, 64, 8, 32, 64, 8, 4, 3),
-    (64, 32, 32, 4, 32, 32, 4, 4, 4),
-    (128, 64, 64, 4, 64, 64, 8, 8, 3),
-    (64, 16, 32, 4, 16, 32, 8, 4, 4),
-    (64, 32, 32, 4, 32, 32, 8, 4, 4),
-    (64, 32, 16, 4, 32, 32, 4, 4, 4),
-    (64, 32, 32, 2, 32, 32, 4, 4, 3),
-    (64, 64, 32, 4, 32, 32, 4, 4, 4),
+    (128, 32, 32, 4, 32, 32, 4, 4, 3, False),
+    (64, 32, 32, 4, 32, 32, 4, 4, 4, False),
+    (64, 64, 32, 4, 32, 32, 4, 4, 4, False),
+    (64, 32, 16, 4, 32, 32, 4, 4, 4, False),
+    (64, 32, 32, 2, 32, 32, 4, 4, 3, False),
+    (64, 32, 32, 4, 32, 32, 4, 4, 4, True),
+    (64, 32, 32, 4, 32, 32, 4, 8, 4, True),
+    (128, 32, 32, 4, 32, 32, 4, 4, 3, True),
+    (64, 64, 32, 4, 64, 32, 4, 4, 4, True),
+    (64, 32, 32, 8, 32, 32, 8, 4, 4, True),
 ]
-_KEYS = ("BK", "BN_QKV", "BN_O", "SPLIT_O", "BN_UP", "BN_DOWN", "SPLIT_DOWN", "warps", "stages")
+_KEYS = ("BK", "BN_QKV", "BN_O", "SPLIT_O", "BN_UP", "BN_DOWN", "SPLIT_DOWN", "warps", "stages",
+         "tma")
 
 
 def main() -> int:
@@ -295,7 +329,8 @@ def main() -> int:
     tried = {}
     for values in SWEEP:
         tiles = dict(zip(_KEYS, values))
-        name = "persistent " + "/".join(str(v) for v in values)
+        name = ("persistent " + "/".join(str(v) for v in values[:-1])
+                + (" TMA" if tiles["tma"] else ""))
         chain = PersistentChain(w, tiles, programs)
         try:
             out = chain(x).float()
