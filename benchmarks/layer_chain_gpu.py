@@ -65,8 +65,8 @@ def _gelu_tanh(x):
 @triton.jit
 def _proxy_fence():
     """Order this thread's plain global accesses with its TMA ones (another memory proxy)."""
-    tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                              is_pure=False, pack=1)
+    tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [],
+                              dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
