@@ -290,16 +290,14 @@ class PersistentChain:
 # Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages,
 # tma: the products' loads through tensor descriptors).
 SWEEP = [
-    (128, 32, 32, 4, 32, 32, 4, 4, 3, False),
     (64, 32, 32, 4, 32, 32, 4, 4, 4, False),
-    (64, 64, 32, 4, 32, 32, 4, 4, 4, False),
-    (64, 32, 16, 4, 32, 32, 4, 4, 4, False),
-    (64, 32, 32, 2, 32, 32, 4, 4, 3, False),
-    (64, 32, 32, 4, 32, 32, 4, 4, 4, True),
-    (64, 32, 32, 4, 32, 32, 4, 8, 4, True),
-    (128, 32, 32, 4, 32, 32, 4, 4, 3, True),
-    (64, 64, 32, 4, 64, 32, 4, 4, 4, True),
-    (64, 32, 32, 8, 32, 32, 8, 4, 4, True),
+    (128, 32, 32, 4, 32, 32, 4, 4, 4, True),
+    (128, 32, 32, 4, 32, 32, 4, 4, 5, True),
+    (64, 32, 32, 4, 32, 32, 4, 4, 6, True),
+    (64, 32, 32, 4, 32, 32, 4, 4, 8, True),
+    (128, 64, 32, 4, 32, 32, 4, 4, 4, True),
+    (128, 32, 32, 4, 32, 32, 8, 4, 4, True),
+    (128, 32, 32, 4, 32, 32, 4, 8, 5, True),
 ]
 _KEYS = ("BK", "BN_QKV", "BN_O", "SPLIT_O", "BN_UP", "BN_DOWN", "SPLIT_DOWN", "warps", "stages",
          "tma")
