@@ -34,7 +34,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`,
      `float8-qkv` that with only the QKV products in FP8, `float8-fast` / `float8-promoted`
      `float8` with the FP8 products' sums in the tensor cores' own accumulator / promoted to
-     float32):
+     float32), `resident` the defaults with BERT-family layers at up to 128 tokens as one
+     kernel launch (engine/resident.py)):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
      for FP8), compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
@@ -58,7 +59,7 @@ import torch
 from hedgerow.bench import models as shapes  # noqa: E402
 EMBEDDING_SHAPES = tuple(s for s in shapes.SHAPES if s not in shapes.RERANKERS)
 
-from hedgerow.engine import attention_cuda, fp8_linear  # noqa: E402
+from hedgerow.engine import attention_cuda, fp8_linear, resident  # noqa: E402
 from hedgerow.engine.attention_cuda import AttentionTable, Cell, shape_key  # noqa: E402
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
@@ -527,6 +528,7 @@ VARIANTS = {
     "float8-qkv": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-fast": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-promoted": {"gelu_epilogue": True, "quack_mlp": True},
+    "resident": {"gelu_epilogue": True, "quack_mlp": True},
 }
 # Variants whose engine loads in another dtype than bfloat16.
 VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8", "float8-fast": "float8",
@@ -551,7 +553,8 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
         products = VARIANT_FP8_PRODUCTS.get(variant, fp8_linear.FP8_PRODUCTS)
         fast = VARIANT_FP8_FAST_ACCUM.get(variant, fp8_linear.FP8_FAST_ACCUM)
         with mock.patch.object(fp8_linear, "FP8_PRODUCTS", products), \
-                mock.patch.object(fp8_linear, "FP8_FAST_ACCUM", fast):
+                mock.patch.object(fp8_linear, "FP8_FAST_ACCUM", fast), \
+                mock.patch.object(resident, "RESIDENT_LAYERS", variant == "resident"):
             engine = Engine.load(directory, device="cuda", dtype=dtype, gpu_settings=settings)
         vocab = engine.info.vocab_size
         cosines, wide = [], []

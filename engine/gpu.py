@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from torch._dynamo.exc import TorchDynamoException
 
-from hedgerow.engine import compile_cache
+from hedgerow.engine import compile_cache, resident
 from hedgerow.engine.attention_cuda import (BACKEND_NAMES, UNIFORM_ONLY, AttentionChooser,
                                             AttentionTable, routed)
 from hedgerow.engine.batch import RaggedBatch
@@ -360,6 +360,10 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
         swapped = use_gelu_epilogues(loaded.model, settings.quack_mlp)
         log.info("%s", fields(event="engine.gelu_epilogue", layers=swapped,
                               quack=settings.quack_mlp))
+    if resident.RESIDENT_LAYERS and settings.gelu_epilogue:
+        given = resident.use_resident_layers(loaded.model)
+        log.info("%s", fields(event="engine.resident_layers", encoders=given,
+                              max_tokens=resident.MAX_TOKENS))
     swapped = use_swiglu_products(loaded.model, settings.quack_mlp)
     if swapped:
         log.info("%s", fields(event="engine.swiglu_product", layers=swapped,

@@ -113,6 +113,9 @@ class BertModel(nn.Module):
             self.token_type_embedding = nn.Parameter(torch.zeros(h))
         self.embed_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
+        # All the layers as one kernel launch for small batches, when the GPU engine gives one
+        # (engine/resident.py): forward(x, cu_seqlens), taking up to its `max_tokens` tokens.
+        self.resident_layers: nn.Module | None = None
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 cu_seqlens: torch.Tensor, max_seqlen: int, attention: Attention) -> torch.Tensor:
@@ -129,6 +132,8 @@ class BertModel(nn.Module):
             x = self.embed_norm(x + self.token_type_embedding)
         else:
             x = self.embed_norm(x + self.token_type_embeddings(segment))
+        if self.resident_layers is not None and x.shape[0] <= self.resident_layers.max_tokens:
+            return self.resident_layers(x, cu_seqlens)
         for layer in self.layers:
             x = layer(x, cu_seqlens, max_seqlen, attention)
         return x
