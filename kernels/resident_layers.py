@@ -32,7 +32,7 @@ STACKED = ("qkv_w", "qkv_b", "o_w", "o_b", "g1", "b1", "up_w", "up_b", "down_w",
            "b2")
 # The fastest tiles of benchmarks/layer_chain_gpu.py's sweep on an H100 (BGE-M3's shape).
 TILES = dict(BM=MAX_TOKENS, BK=128, BN_QKV=32, BN_O=32, SPLIT_O=4, BN_UP=32, BN_DOWN=32,
-             SPLIT_DOWN=4, warps=4, stages=5, TMA=True)
+             SPLIT_DOWN=4, BQ=16, warps=4, stages=4, TMA=True)
 
 
 def fits(hidden: int, ff: int, heads: int, tiles: dict = TILES) -> bool:

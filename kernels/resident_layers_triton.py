@@ -119,28 +119,33 @@ def _add_norm(partial_ptr, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out_ptr,
 
 @triton.jit
 def _attention(qkv_ptr, out_ptr, cu_ptr, seqs, M, H, heads, scale, pid, programs,
-               BM: tl.constexpr, D: tl.constexpr, SEQ_BLOCK: tl.constexpr):
-    """out[:, head] = softmax(q k^T * scale) v within each sequence, one head a program; qkv is
-    [M, 3H] (queries, keys, values, each heads x D)."""
+               BM: tl.constexpr, BQ: tl.constexpr, D: tl.constexpr, SEQ_BLOCK: tl.constexpr):
+    """out[:, head] = softmax(q k^T * scale) v within each sequence, BQ queries of one head a
+    program; qkv is [M, 3H] (queries, keys, values, each heads x D)."""
     rows = tl.arange(0, BM)
     slots = tl.arange(0, SEQ_BLOCK)
     ends = tl.load(cu_ptr + 1 + slots, mask=slots < seqs, other=2 ** 30)
-    seq = tl.sum((ends[None, :] <= rows[:, None]).to(tl.int32), axis=1)  # each token's sequence
-    # rows past M (never stored) see every key, so no row is all -inf
-    same = ((seq[:, None] == seq[None, :]) | (rows[:, None] >= M)) & (rows[None, :] < M)
+    key_seq = tl.sum((ends[None, :] <= rows[:, None]).to(tl.int32), axis=1)  # each token's
     dims = tl.arange(0, D)
-    live = rows[:, None] < M
-    for head in range(pid, heads, programs):
-        at = qkv_ptr + rows[:, None] * (3 * H) + head * D + dims[None, :]
-        q = tl.load(at, mask=live, other=0.0, cache_modifier=".cg")
-        k = tl.load(at + H, mask=live, other=0.0, cache_modifier=".cg")
-        v = tl.load(at + 2 * H, mask=live, other=0.0, cache_modifier=".cg")
+    key_live = rows[:, None] < M
+    for item in range(pid, heads * (BM // BQ), programs):
+        head = item % heads
+        queries = (item // heads) * BQ + tl.arange(0, BQ)
+        query_seq = tl.sum((ends[None, :] <= queries[:, None]).to(tl.int32), axis=1)
+        # queries past M (never stored) see every key, so no row is all -inf
+        same = (((query_seq[:, None] == key_seq[None, :]) | (queries[:, None] >= M))
+                & (rows[None, :] < M))
+        keys = qkv_ptr + rows[:, None] * (3 * H) + head * D + dims[None, :]
+        q = tl.load(qkv_ptr + queries[:, None] * (3 * H) + head * D + dims[None, :],
+                    mask=queries[:, None] < M, other=0.0, cache_modifier=".cg")
+        k = tl.load(keys + H, mask=key_live, other=0.0, cache_modifier=".cg")
+        v = tl.load(keys + 2 * H, mask=key_live, other=0.0, cache_modifier=".cg")
         scores = tl.where(same, tl.dot(q, tl.trans(k)) * scale, float("-inf"))
         weights = tl.exp(scores - tl.max(scores, axis=1)[:, None])
         weights = weights / tl.sum(weights, axis=1)[:, None]
         out = tl.dot(weights.to(v.dtype), v)
-        tl.store(out_ptr + rows[:, None] * H + head * D + dims[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=live)
+        tl.store(out_ptr + queries[:, None] * H + head * D + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=queries[:, None] < M)
 
 
 @triton.jit
@@ -149,7 +154,7 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
                  sync_ptr, M, H, FF, heads, layer_count, eps, scale,
                  BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr,
                  SPLIT_O: tl.constexpr, BN_UP: tl.constexpr, BN_DOWN: tl.constexpr,
-                 SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
+                 SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr, BQ: tl.constexpr, D: tl.constexpr,
                  SEQ_BLOCK: tl.constexpr, TMA: tl.constexpr, FENCE: tl.constexpr):
     """Every layer, in place on x [M, H]; `sync_ptr` a zeroed int32. a_* and the weights are
     what the products load from: the buffers and stacked weights ([layers * N, K]) themselves,
@@ -161,7 +166,7 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
         _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
                  pid, programs, BM, BN_QKV, BK, 1, False, False, TMA)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM, D,
+        _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM, BQ, D,
                    SEQ_BLOCK)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _product(a_attn, H, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM, BN_O,
@@ -215,7 +220,7 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
         heads, layers, eps, head_dim ** -0.5, BM=bm, BK=tiles["BK"], BN_QKV=tiles["BN_QKV"],
         BN_O=tiles["BN_O"], SPLIT_O=tiles["SPLIT_O"], BN_UP=tiles["BN_UP"],
         BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
-        BLOCK_H=triton.next_power_of_2(hidden), D=head_dim,
+        BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"], D=head_dim,
         SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma, FENCE=tma and x.is_cuda,
         num_warps=tiles["warps"], num_stages=tiles["stages"],
         launch_cooperative_grid=x.is_cuda)
