@@ -14,13 +14,18 @@ QKV product with bias; output product, bias, residual, LayerNorm; up product wit
 tanh GELU; down product, bias, residual, LayerNorm. Each layer has its own weights (read from
 HBM, as in the model), random, bf16.
 
-- `cuBLAS`: `F.linear`, `torch._addmm_activation` (cuBLASLt's GELU epilogue) and
-  `F.layer_norm`: one kernel a product and one a norm, as in the compiled engine.
-- `persistent`: `_layers` below, one launch of as many programs as the GPU has SMs. A product
-  is split into tiles of BN output columns (and, for the output and down products, SPLIT
-  slices of K whose float32 partial sums the norm step adds up); each program takes every
-  n-th tile; a barrier (an atomic counter) separates the steps. Its tiles are the fastest of
-  a small sweep, with the products loading through pointers or tensor descriptors (TMA).
+- `cuBLAS`: `F.linear` (bias in the epilogue), `torch._addmm_activation` (cuBLASLt's GELU
+  epilogue), then the residual add and `F.layer_norm` eagerly: one kernel a product and two a
+  norm, where the compiled engine's Inductor fuses the add into the norm, so this chain has
+  two kernels a layer more than the engine's and flatters the persistent kernel (in the
+  engine, with attention, benchmarks/resident_gpu.py measures the real difference).
+- `persistent`: `_layers` below, one launch of as many programs as the GPU has SMs, built from
+  kernels/resident_layers_triton.py's steps (the engine's resident kernel without its
+  attention step). A product is split into tiles of BN output columns (and, for the output
+  and down products, SPLIT slices of K whose float32 partial sums the norm step adds up); each
+  program takes every n-th tile; a barrier (an atomic counter) separates the steps. Its tiles
+  are the fastest of a small sweep, with the products loading through pointers or tensor
+  descriptors (TMA).
 
 Each chain is one CUDA graph of 24 layers; µs a layer, rounds interleaved; the persistent
 result is checked against cuBLAS's (cosine). Writes OUT/layer_chain_gpu.json, prints a table.
@@ -41,101 +46,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from hedgerow.kernels.resident_layers_triton import _add_norm, _grid_sync, _product, _step_done
+
 HIDDEN, QKV, FF, LAYERS, EPS = 1024, 3072, 4096, 24, 1e-5
-
-
-@triton.jit
-def _grid_sync(sync_ptr, target):
-    """Wait until every program has reached the barrier numbered `target / programs`; every
-    store a program made before it is visible to every program after it."""
-    tl.debug_barrier()
-    tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
-    while tl.load(sync_ptr, volatile=True) < target:
-        pass
-    tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
-def _gelu_tanh(x):
-    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
-
-
-@triton.jit
-def _proxy_fence():
-    """Order this thread's plain global accesses with its TMA ones (another memory proxy)."""
-    tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
-             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-             PARTIAL: tl.constexpr, GELU: tl.constexpr, TMA: tl.constexpr):
-    """out = a[:M, :K] w[w_row0:w_row0 + N]^T: with PARTIAL float32 partial sums [SPLIT, M, N],
-    one per slice of K; otherwise (SPLIT 1) plus bias (and GELU) in out's dtype [M, N]. With
-    TMA, a_src and w_src are tensor descriptors ([M, *] blocks [BM, BK], [*, K] blocks
-    [BN, BK]; rows past M load as zeros), else pointers."""
-    tiles = N // BN
-    k_len = K // SPLIT
-    rows = tl.arange(0, BM)
-    for item in range(pid, tiles * SPLIT, programs):
-        cols = (item % tiles) * BN + tl.arange(0, BN)
-        k_start = (item // tiles) * k_len
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(k_start, k_start + k_len, BK):
-            if TMA:
-                a = a_src.load([0, k0])
-                w = w_src.load([w_row0 + (item % tiles) * BN, k0])
-            else:
-                ks = k0 + tl.arange(0, BK)
-                a = tl.load(a_src + rows[:, None] * lda + ks[None, :], mask=rows[:, None] < M,
-                            other=0.0, cache_modifier=".cg")
-                w = tl.load(w_src + (w_row0 + cols)[:, None] * K + ks[None, :])
-            acc = tl.dot(a, tl.trans(w), acc)
-        mask = rows[:, None] < M
-        if not PARTIAL:
-            acc += tl.load(b_ptr + cols).to(tl.float32)[None, :]
-            if GELU:
-                acc = _gelu_tanh(acc)
-            tl.store(out_ptr + rows[:, None] * N + cols[None, :],
-                     acc.to(out_ptr.dtype.element_ty), mask=mask)
-        else:
-            tl.store(out_ptr + (item // tiles) * M * N + rows[:, None] * N + cols[None, :], acc,
-                     mask=mask)
-
-
-@triton.jit
-def _add_norm(partial_ptr, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out_ptr, M, N, eps,
-              pid, programs, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
-    """out = LayerNorm(sum of the SPLIT partials + bias + residual), row by row."""
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    for row in range(pid, M, programs):
-        x = tl.load(residual_ptr + row * N + cols, mask=mask, other=0.0,
-                    cache_modifier=".cg").to(tl.float32)
-        x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        for s in range(SPLIT):
-            x += tl.load(partial_ptr + s * M * N + row * N + cols, mask=mask, other=0.0,
-                         cache_modifier=".cg")
-        mean = tl.sum(x, axis=0) / N
-        centred = tl.where(mask, x - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + eps)
-        y = centred * rstd * tl.load(gamma_ptr + cols, mask=mask).to(tl.float32)
-        y += tl.load(beta_ptr + cols, mask=mask).to(tl.float32)
-        tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _step_done(sync_ptr, barrier, programs, FENCE: tl.constexpr):
-    """The barrier that ends a step; with FENCE, TMA reads after it see plain writes before."""
-    if FENCE:
-        _proxy_fence()
-    _grid_sync(sync_ptr, barrier * programs)
-    if FENCE:
-        _proxy_fence()
-    return barrier + 1
 
 
 @triton.jit
