@@ -6,9 +6,11 @@ MAX_TOKENS tokens in one kernel launch, and its plain-torch reference.
 
 Why: at batch 1 a layer is seven kernels, each mostly launch, ramp and drain around a
 microsecond of weight reading. One launch of as many programs as the GPU has SMs, meeting at a
-barrier between a layer's steps, runs BGE-M3's layers' products and norms at 128 tokens in
-30.0 µs a layer against 40.0 for cuBLAS's kernels (an H100; docs/benchmarks.md, "one
-persistent kernel for batch 1"). Its steps and tiles: kernels/resident_layers_triton.py.
+barrier between a layer's steps, ran BGE-M3's layers' products and norms at 128 tokens in
+30.0 µs a layer against 40.0 for cuBLAS's kernels with the norms unfused, and in the engine,
+attention included, took the graph replay at 1 x 128 from 862-866 to 816 µs (an H100;
+docs/benchmarks.md, "one persistent kernel for batch 1"). Its steps:
+kernels/resident_layers_triton.py.
 
 The weights come stacked, one tensor per kind with the layers first (STACKED): the engine
 stacks each model's layers once at load. The GELU is the tanh approximation, as the GPU
@@ -30,7 +32,9 @@ MAX_TOKENS = 128
 # The stacked weights, by name: [layers, ...] each.
 STACKED = ("qkv_w", "qkv_b", "o_w", "o_b", "g1", "b1", "up_w", "up_b", "down_w", "down_b", "g2",
            "b2")
-# The fastest tiles of benchmarks/layer_chain_gpu.py's sweep on an H100 (BGE-M3's shape).
+# The tiles measured fastest on an H100 at BGE-M3's shape: the products' from
+# benchmarks/layer_chain_gpu.py's sweep, with 4 pipeline stages (5 leave no shared memory for
+# attention), and attention's 16 queries a program (against 32 and a whole head).
 TILES = dict(BM=MAX_TOKENS, BK=128, BN_QKV=32, BN_O=32, SPLIT_O=4, BN_UP=32, BN_DOWN=32,
              SPLIT_DOWN=4, BQ=16, warps=4, stages=4, TMA=True)
 
