@@ -8,8 +8,7 @@ layers do: BertModel's post-LayerNorm layers with the GELU epilogue's tanh GELU 
 and sides that fit the kernel's tiles. Off unless RESIDENT_LAYERS is set: on one NVIDIA H100
 it took BGE-M3's graph replay at 1 x 128 from 862-866 to 816 µs, short of what the batch-1
 target needs, and the GPU test files have not run with it (docs/benchmarks.md, "one persistent
-kernel for batch 1"). The kernel loads through tensor descriptors, so it needs a Hopper GPU or
-newer; benchmarks/resident_gpu.py turns it on.
+kernel for batch 1"). benchmarks/resident_gpu.py turns it on.
 """
 
 import torch

@@ -98,8 +98,11 @@ def _check(x, cu_seqlens, w, heads):
 
 
 @functools.cache
-def _programs(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _launch(device_index: int) -> tuple[dict, int]:
+    """(tiles, programs) on this GPU: tensor-descriptor loads from Hopper on (pointers before),
+    one program an SM."""
+    properties = torch.cuda.get_device_properties(device_index)
+    return TILES | dict(TMA=properties.major >= 9), properties.multi_processor_count
 
 
 @torch.library.custom_op("hedgerow::resident_bert_layers", mutates_args=())
@@ -107,8 +110,7 @@ def _resident_bert_layers_op(x: torch.Tensor, cu_seqlens: torch.Tensor,
                              weights: list[torch.Tensor], heads: int, eps: float) -> torch.Tensor:
     from hedgerow.kernels.resident_layers_triton import bert_layers_triton
     w = dict(zip(STACKED, weights))
-    out, _ = bert_layers_triton(x, cu_seqlens, w, heads, eps, TILES,
-                                _programs(x.device.index or 0))
+    out, _ = bert_layers_triton(x, cu_seqlens, w, heads, eps, *_launch(x.device.index or 0))
     return out
 
 

@@ -1,5 +1,5 @@
-"""kernels/resident_layers.py's kernel against its float32-sum reference on CUDA (Hopper or
-newer: the products load through tensor descriptors): BGE-M3's sides and a smaller one, one
+"""kernels/resident_layers.py's kernel against its float32-sum reference on CUDA (tensor-
+descriptor loads on Hopper and newer, pointers before): BGE-M3's sides and a smaller one, one
 sequence, ragged batches with empty and one-token sequences, one token and a full tile of 128,
 and a CUDA-graph replay on fresh data. Needs CUDA; the engine with and without it is compared
 by benchmarks/resident_gpu.py."""
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
-if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
-    pytest.skip("needs a CUDA GPU of compute capability 9.0 or newer", allow_module_level=True)
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
 
 from hedgerow.kernels.resident_layers import (STACKED, reference_bert_layers,  # noqa: E402
                                               resident_bert_layers)
