@@ -19,9 +19,9 @@ HBM, as in the model), random, bf16.
   norm, where the compiled engine's Inductor fuses the add into the norm, so this chain has
   two kernels a layer more than the engine's and flatters the persistent kernel (in the
   engine, with attention, benchmarks/resident_gpu.py measures the real difference).
-- `persistent`: `_layers` below, one launch of as many programs as the GPU has SMs, built from
-  kernels/resident_layers_triton.py's steps (the engine's resident kernel without its
-  attention step). A product is split into tiles of BN output columns (and, for the output
+- `persistent`: kernels/resident_layers_triton.py's kernel without its attention step (the
+  engine's resident layers, engine/resident.py), one launch of as many programs as the GPU
+  has SMs. A product is split into tiles of BN output columns (and, for the output
   and down products, SPLIT slices of K whose float32 partial sums the norm step adds up); each
   program takes every n-th tile; a barrier (an atomic counter) separates the steps. Its tiles
   are the fastest of a small sweep, with the products loading through pointers or tensor
@@ -44,45 +44,10 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
-from hedgerow.kernels.resident_layers_triton import _add_norm, _grid_sync, _product, _step_done
+from hedgerow.kernels.resident_layers_triton import _grid_sync, bert_layers_triton
 
 HIDDEN, QKV, FF, LAYERS, EPS = 1024, 3072, 4096, 24, 1e-5
-
-
-@triton.jit
-def _layers(y_ptr, a_y, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w, down_b, g2, b2,
-            qkv_buf, a_qkv, h_buf, a_h, u_buf, a_u, partial_buf, sync_ptr, M, H, QKV_N, FF_N,
-            LAYER_COUNT, eps, BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr,
-            BN_O: tl.constexpr, SPLIT_O: tl.constexpr, BN_UP: tl.constexpr,
-            BN_DOWN: tl.constexpr, SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr,
-            TMA: tl.constexpr, FENCE: tl.constexpr):
-    """Every layer of the chain, in place on y [M, H]; `sync_ptr` a zeroed int32. The a_* and
-    weight arguments are what the products load from: the buffers themselves, or with TMA
-    their tensor descriptors (the weights stacked as [layers * N, K])."""
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    barrier = 1
-    for layer in range(LAYER_COUNT):
-        _product(a_y, H, qkv_w, layer * QKV_N, qkv_b + layer * QKV_N, qkv_buf, M, QKV_N, H, pid,
-                 programs, BM, BN_QKV, BK, 1, False, False, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_qkv, QKV_N, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM,
-                 BN_O, BK, SPLIT_O, True, False, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _add_norm(partial_buf, o_b + layer * H, y_ptr, g1 + layer * H, b1 + layer * H, h_buf,
-                  M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_h, H, up_w, layer * FF_N, up_b + layer * FF_N, u_buf, M, FF_N, H, pid,
-                 programs, BM, BN_UP, BK, 1, False, True, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_u, FF_N, down_w, layer * H, down_b, partial_buf, M, H, FF_N, pid, programs,
-                 BM, BN_DOWN, BK, SPLIT_DOWN, True, False, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _add_norm(partial_buf, down_b + layer * H, h_buf, g2 + layer * H, b2 + layer * H, y_ptr,
-                  M, H, eps, pid, programs, SPLIT_DOWN, BLOCK_H)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
 
 
 @triton.jit
@@ -150,10 +115,10 @@ def reference_chain(x, w, eps=EPS):
 
 
 class PersistentChain:
-    """`_layers` with its buffers, for inputs of up to `block_m` rows."""
+    """kernels/resident_layers_triton.py's kernel without its attention step, for inputs of up
+    to `block_m` rows."""
 
     def __init__(self, w, tiles, programs, block_m=128, eps=EPS):
-        self.w, self.tiles, self.programs, self.block_m, self.eps = w, tiles, programs, block_m, eps
         layers, qkv, hidden = w["qkv_w"].shape
         ff = w["up_w"].shape[1]
         for n, k, bn, split in ((qkv, hidden, tiles["BN_QKV"], 1), (hidden, hidden, tiles["BN_O"],
@@ -162,46 +127,19 @@ class PersistentChain:
             if n % bn or k % (split * tiles["BK"]):
                 raise ValueError(f"a [{n}, {k}] product needs N a multiple of {bn} and K of "
                                  f"{split} x {tiles['BK']}")
-        like = dict(device=w["qkv_w"].device, dtype=w["qkv_w"].dtype)
-        split = max(tiles["SPLIT_O"], tiles["SPLIT_DOWN"])
-        self.qkv = torch.empty(block_m, qkv, **like)
-        self.h = torch.empty(block_m, hidden, **like)
-        self.u = torch.empty(block_m, ff, **like)
-        self.y = torch.empty(block_m, hidden, **like)
-        self.partial = torch.empty(split, block_m, hidden, device=like["device"],
-                                   dtype=torch.float32)
-        self.sync = torch.zeros(1, device=like["device"], dtype=torch.int32)
+        self.w, self.programs, self.eps = w, programs, eps
+        self.tiles = tiles | dict(BM=block_m, BQ=16, ATTENTION=False)
+        self.sync = None
 
     def __call__(self, x):
-        m, hidden = x.shape
-        if m > self.block_m:
-            raise ValueError(f"at most {self.block_m} rows, got {m}")
-        y = self.y[:m]
-        y.copy_(x)
-        self.sync.zero_()
-        w, t = self.w, self.tiles
-        a = dict(y=y, qkv=self.qkv[:m], h=self.h[:m], u=self.u[:m])
-        weights = {k: w[k] for k in ("qkv_w", "o_w", "up_w", "down_w")}
-        if t.get("tma"):
-            a = {k: TensorDescriptor.from_tensor(v, [self.block_m, t["BK"]]) for k, v in a.items()}
-            weights = {k: TensorDescriptor.from_tensor(v.flatten(0, 1), [t[bn], t["BK"]])
-                       for (k, v), bn in zip(weights.items(),
-                                             ("BN_QKV", "BN_O", "BN_UP", "BN_DOWN"))}
-        _layers[(self.programs,)](
-            y, a["y"], weights["qkv_w"], w["qkv_b"], weights["o_w"], w["o_b"], w["g1"], w["b1"],
-            weights["up_w"], w["up_b"], weights["down_w"], w["down_b"], w["g2"], w["b2"],
-            self.qkv, a["qkv"], self.h, a["h"], self.u, a["u"], self.partial, self.sync, m,
-            hidden, w["qkv_w"].shape[1], w["up_w"].shape[1], w["qkv_w"].shape[0], self.eps,
-            BM=self.block_m, BK=t["BK"], BN_QKV=t["BN_QKV"], BN_O=t["BN_O"],
-            SPLIT_O=t["SPLIT_O"], BN_UP=t["BN_UP"], BN_DOWN=t["BN_DOWN"],
-            SPLIT_DOWN=t["SPLIT_DOWN"], BLOCK_H=triton.next_power_of_2(hidden),
-            TMA=bool(t.get("tma")), FENCE=bool(t.get("tma")) and x.is_cuda,
-            num_warps=t["warps"], num_stages=t["stages"])
-        return y
+        one = torch.tensor([0, x.shape[0]], device=x.device, dtype=torch.int32)
+        out, self.sync = bert_layers_triton(x, one, self.w, 1, self.eps, self.tiles,
+                                            self.programs)
+        return out
 
 
 # Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages,
-# tma: the products' loads through tensor descriptors).
+# TMA: the products' loads through tensor descriptors).
 SWEEP = [
     (64, 32, 32, 4, 32, 32, 4, 4, 4, False),
     (128, 32, 32, 4, 32, 32, 4, 4, 4, True),
@@ -213,7 +151,7 @@ SWEEP = [
     (128, 32, 32, 4, 32, 32, 4, 8, 5, True),
 ]
 _KEYS = ("BK", "BN_QKV", "BN_O", "SPLIT_O", "BN_UP", "BN_DOWN", "SPLIT_DOWN", "warps", "stages",
-         "tma")
+         "TMA")
 
 
 def main() -> int:
@@ -241,7 +179,7 @@ def main() -> int:
     for values in SWEEP:
         tiles = dict(zip(_KEYS, values))
         name = ("persistent " + "/".join(str(v) for v in values[:-1])
-                + (" TMA" if tiles["tma"] else ""))
+                + (" TMA" if tiles["TMA"] else ""))
         chain = PersistentChain(w, tiles, programs)
         try:
             out = chain(x).float()

@@ -150,15 +150,18 @@ def _attention(qkv_ptr, out_ptr, cu_ptr, seqs, M, H, heads, scale, pid, programs
 
 @triton.jit
 def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w,
-                 down_b, g2, b2, qkv_buf, attn_buf, a_attn, h_buf, a_h, u_buf, a_u, partial_buf,
-                 sync_ptr, M, H, FF, heads, layer_count, eps, scale,
+                 down_b, g2, b2, qkv_buf, attn_buf, a_attn, attn_lda, h_buf, a_h, u_buf, a_u,
+                 partial_buf, sync_ptr, M, H, FF, heads, layer_count, eps, scale,
                  BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr,
                  SPLIT_O: tl.constexpr, BN_UP: tl.constexpr, BN_DOWN: tl.constexpr,
                  SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr, BQ: tl.constexpr, D: tl.constexpr,
-                 SEQ_BLOCK: tl.constexpr, TMA: tl.constexpr, FENCE: tl.constexpr):
+                 SEQ_BLOCK: tl.constexpr, TMA: tl.constexpr, FENCE: tl.constexpr,
+                 ATTENTION: tl.constexpr):
     """Every layer, in place on x [M, H]; `sync_ptr` a zeroed int32. a_* and the weights are
     what the products load from: the buffers and stacked weights ([layers * N, K]) themselves,
-    or with TMA their tensor descriptors."""
+    or with TMA their tensor descriptors. Without ATTENTION (benchmarks/layer_chain_gpu.py)
+    the attention step is left out and a_attn is the QKV buffer, its first H columns the
+    output product's input."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     barrier = 1
@@ -166,10 +169,11 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
         _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
                  pid, programs, BM, BN_QKV, BK, 1, False, False, TMA)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM, BQ, D,
-                   SEQ_BLOCK)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_attn, H, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM, BN_O,
+        if ATTENTION:
+            _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM,
+                       BQ, D, SEQ_BLOCK)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+        _product(a_attn, attn_lda, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM, BN_O,
                  BK, SPLIT_O, True, False, TMA)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, o_b + layer * H, x_ptr, g1 + layer * H, b1 + layer * H, h_buf,
@@ -188,7 +192,9 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
 
 def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     """Run every layer on x [M <= BM, H] (a new tensor; x is not written). `w` holds the
-    stacked weights (kernels/resident_layers.py, STACKED); `tiles` the block sizes."""
+    stacked weights (kernels/resident_layers.py, STACKED); `tiles` the block sizes (and
+    ATTENTION, default on: off, the output product reads the QKV product's first H columns).
+    Returns (the output, the barrier counter)."""
     import torch
 
     m, hidden = x.shape
@@ -204,7 +210,8 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     split = max(tiles["SPLIT_O"], tiles["SPLIT_DOWN"])
     partial = torch.empty(split, bm, hidden, device=x.device, dtype=torch.float32)
     sync = torch.zeros(1, device=x.device, dtype=torch.int32)
-    a = dict(x=y[:m], attn=attn[:m], h=h[:m], u=u[:m])
+    attention = tiles.get("ATTENTION", True)
+    a = dict(x=y[:m], attn=attn[:m] if attention else qkv[:m], h=h[:m], u=u[:m])
     weights = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
     tma = tiles["TMA"]
     if tma:
@@ -216,12 +223,12 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     _bert_layers[(programs,)](
         y, a["x"], cu_seqlens, seqs, weights["qkv_w"], w["qkv_b"], weights["o_w"], w["o_b"],
         w["g1"], w["b1"], weights["up_w"], w["up_b"], weights["down_w"], w["down_b"], w["g2"],
-        w["b2"], qkv, attn, a["attn"], h, a["h"], u, a["u"], partial, sync, m, hidden, ff,
-        heads, layers, eps, head_dim ** -0.5, BM=bm, BK=tiles["BK"], BN_QKV=tiles["BN_QKV"],
+        w["b2"], qkv, attn, a["attn"], hidden if attention else 3 * hidden, h, a["h"], u, a["u"],
+        partial, sync, m, hidden, ff, heads, layers, eps, head_dim ** -0.5, BM=bm, BK=tiles["BK"], BN_QKV=tiles["BN_QKV"],
         BN_O=tiles["BN_O"], SPLIT_O=tiles["SPLIT_O"], BN_UP=tiles["BN_UP"],
         BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
         BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"], D=head_dim,
         SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma, FENCE=tma and x.is_cuda,
-        num_warps=tiles["warps"], num_stages=tiles["stages"],
+        ATTENTION=attention, num_warps=tiles["warps"], num_stages=tiles["stages"],
         launch_cooperative_grid=x.is_cuda)
     return y[:m], sync

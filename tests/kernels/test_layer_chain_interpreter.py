@@ -26,7 +26,7 @@ for hidden, ff, layers, rows, tiles in (
     w = chain_module.random_layers(hidden, 3 * hidden, ff, layers, "cpu", torch.float32)
     x = torch.randn(rows, hidden)
     for tma in (False, True):
-        chain = chain_module.PersistentChain(w, tiles | dict(warps=4, stages=2, tma=tma),
+        chain = chain_module.PersistentChain(w, tiles | dict(warps=4, stages=2, TMA=tma),
                                              programs=1, block_m=16)
         got, want = chain(x), chain_module.reference_chain(x, w)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
