@@ -39,16 +39,27 @@ TILES = dict(BM=MAX_TOKENS, BK=128, BN_QKV=32, BN_O=32, SPLIT_O=4, BN_UP=32, BN_
              SPLIT_DOWN=4, BQ=16, warps=4, stages=4, TMA=True)
 
 
-def fits(hidden: int, ff: int, heads: int, tiles: dict = TILES) -> bool:
-    """Whether a model of these sides can run with `tiles`: every product's N a multiple of its
-    tile and K of its slices, the head dim a power of two of at least 16."""
+def tiles_for(hidden: int, ff: int, heads: int) -> dict | None:
+    """TILES for a model of these sides, each split-K product in as many slices of K (up to
+    TILES') as divide its BK blocks evenly; None when the sides do not fit: H and the
+    intermediate size multiples of BK (and of the column tiles), the head dim a power of two of
+    at least 16."""
     head_dim, rest = divmod(hidden, heads)
-    return (not rest and head_dim >= 16 and head_dim & (head_dim - 1) == 0
-            and all(n % bn == 0 and k % (split * tiles["BK"]) == 0
-                    for n, k, bn, split in ((3 * hidden, hidden, tiles["BN_QKV"], 1),
-                                            (hidden, hidden, tiles["BN_O"], tiles["SPLIT_O"]),
-                                            (ff, hidden, tiles["BN_UP"], 1),
-                                            (hidden, ff, tiles["BN_DOWN"], tiles["SPLIT_DOWN"]))))
+    bk = TILES["BK"]
+    if (rest or head_dim < 16 or head_dim & (head_dim - 1) or hidden % bk or ff % bk
+            or any(n % TILES[bn] for n, bn in ((3 * hidden, "BN_QKV"), (hidden, "BN_O"),
+                                                (ff, "BN_UP"), (hidden, "BN_DOWN")))):
+        return None
+
+    def slices(k: int, most: int) -> int:
+        return max(s for s in range(1, most + 1) if (k // bk) % s == 0)
+    return TILES | dict(SPLIT_O=slices(hidden, TILES["SPLIT_O"]),
+                        SPLIT_DOWN=slices(ff, TILES["SPLIT_DOWN"]))
+
+
+def fits(hidden: int, ff: int, heads: int) -> bool:
+    """Whether the kernel runs a model of these sides (tiles_for)."""
+    return tiles_for(hidden, ff, heads) is not None
 
 
 def reference_bert_layers(x, cu_seqlens, w, heads, eps):
@@ -91,18 +102,18 @@ def _check(x, cu_seqlens, w, heads):
                          f"not fit hidden {hidden}")
     if not fits(hidden, ff, heads):
         raise ValueError(f"hidden {hidden}, intermediate {ff}, {heads} heads do not fit the "
-                         f"kernel's tiles {TILES}")
+                         f"kernel's tiles (multiples of {TILES['BK']}, a power-of-two head "
+                         "dim of at least 16)")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype != torch.int32:
         raise ValueError(f"cu_seqlens must be int32 [B+1] with B >= 1, got {cu_seqlens.dtype} "
                          f"{tuple(cu_seqlens.shape)}")
 
 
 @functools.cache
-def _launch(device_index: int) -> tuple[dict, int]:
-    """(tiles, programs) on this GPU: tensor-descriptor loads from Hopper on (pointers before),
-    one program an SM."""
+def _device(device_index: int) -> tuple[bool, int]:
+    """(tensor-descriptor loads: Hopper on, pointers before; programs: one an SM) on this GPU."""
     properties = torch.cuda.get_device_properties(device_index)
-    return TILES | dict(TMA=properties.major >= 9), properties.multi_processor_count
+    return properties.major >= 9, properties.multi_processor_count
 
 
 @torch.library.custom_op("hedgerow::resident_bert_layers", mutates_args=())
@@ -110,7 +121,9 @@ def _resident_bert_layers_op(x: torch.Tensor, cu_seqlens: torch.Tensor,
                              weights: list[torch.Tensor], heads: int, eps: float) -> torch.Tensor:
     from hedgerow.kernels.resident_layers_triton import bert_layers_triton
     w = dict(zip(STACKED, weights))
-    out, _ = bert_layers_triton(x, cu_seqlens, w, heads, eps, *_launch(x.device.index or 0))
+    tma, programs = _device(x.device.index or 0)
+    tiles = tiles_for(x.shape[1], w["up_w"].shape[1], heads) | dict(TMA=tma)
+    out, _ = bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs)
     return out
 
 

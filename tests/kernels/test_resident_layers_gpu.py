@@ -1,5 +1,5 @@
 """kernels/resident_layers.py's kernel against its float32-sum reference on CUDA (tensor-
-descriptor loads on Hopper and newer, pointers before): BGE-M3's sides and a smaller one, one
+descriptor loads on Hopper and newer, pointers before): BGE-M3's sides and two smaller, one
 sequence, ragged batches with empty and one-token sequences, one token and a full tile of 128,
 and a CUDA-graph replay on fresh data. Needs CUDA; the engine with and without it is compared
 by benchmarks/resident_gpu.py."""
@@ -14,7 +14,9 @@ if not torch.cuda.is_available():
 from hedgerow.kernels.resident_layers import (STACKED, reference_bert_layers,  # noqa: E402
                                               resident_bert_layers)
 
-SHAPES = {"bge-m3": (1024, 4096, 16, 3), "small": (512, 1024, 8, 2)}
+# hidden, intermediate, heads, layers; all-MiniLM-L6-v2's splits the output product's K in 3
+SHAPES = {"bge-m3": (1024, 4096, 16, 3), "small": (512, 1024, 8, 2),
+          "all-minilm-l6-v2": (384, 1536, 12, 2)}
 
 
 def _stacked(hidden, ff, layers, seed=0):
