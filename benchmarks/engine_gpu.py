@@ -37,7 +37,7 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      float32), `resident` the defaults with BERT-family layers at up to 128 tokens as one
      kernel launch (engine/resident.py)):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
-     for FP8), compile time, latency, a 16 x 512
+     for FP8, and on each sequence alone, the small batches' path), compile time, latency, a 16 x 512
      scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
      graph replay launches (count, per layer, each kernel's time) at 1 x 128 and 16 x 512.
      `--compiled-only` skips the uncompiled engine and `transformers` (step 2 but its gate).
@@ -564,6 +564,9 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
             # the same sequences three times over: past FP8_MIN_TOKENS, FP8's path
             ours = engine.step(RaggedBatch.from_sequences(gate_seqs * 3)).synchronize()
             wide.append(torch.nn.functional.cosine_similarity(ours, ref.repeat(3, 1), dim=-1))
+        # each sequence alone: the small batches' path (the resident layers' up to 128 tokens)
+        alone = torch.cat([engine.step(RaggedBatch.from_sequences([seq])).synchronize()
+                           for seq in gate_seqs])
         engine.warmup()
     except (RuntimeError, ValueError, TypeError, AssertionError) as error:
         # reported in the results and the table: a variant may not run on this machine
@@ -573,8 +576,11 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
     out["compile_and_warmup_s"] = round(time.perf_counter() - start, 1)
     out["gate_min_cosine"] = round(torch.cat(cosines).min().item(), 6)
     out["gate_min_cosine_wide"] = round(torch.cat(wide).min().item(), 6)
+    out["gate_min_cosine_alone"] = round(
+        torch.nn.functional.cosine_similarity(alone, ref, dim=-1).min().item(), 6)
     log(f"{label}: gate min cosine {out['gate_min_cosine']} (wide batch "
-        f"{out['gate_min_cosine_wide']}), compile + warmup {out['compile_and_warmup_s']} s")
+        f"{out['gate_min_cosine_wide']}, each sequence alone {out['gate_min_cosine_alone']}), "
+        f"compile + warmup {out['compile_and_warmup_s']} s")
     for length, iters in ((128, 300), (512, 300), (4096, 60)):
         batch = RaggedBatch.from_sequences(random_sequences([length], vocab, length))
         p50, p99 = time_engine(engine, batch, iters)
@@ -634,6 +640,8 @@ def print_table(results):
                 f"{compiled['gate_min_cosine']:>18}")
             log(f"{name:11s} {variant + ' gate, wide batch':26s} "
                 f"{compiled['gate_min_cosine_wide']:>18}")
+            log(f"{name:11s} {variant + ' gate, one a step':26s} "
+                f"{compiled['gate_min_cosine_alone']:>18}")
             log(f"{name:11s} {variant + ' compile+warmup s':26s} "
                 f"{compiled['compile_and_warmup_s']:>18}")
             for prof in compiled.get("profile", []):
