@@ -360,7 +360,7 @@ def stepper_for(loaded: Any, settings: GpuSettings = GpuSettings(),
         swapped = use_gelu_epilogues(loaded.model, settings.quack_mlp)
         log.info("%s", fields(event="engine.gelu_epilogue", layers=swapped,
                               quack=settings.quack_mlp))
-    if resident.RESIDENT_LAYERS and settings.gelu_epilogue:
+    if resident.RESIDENT_LAYERS:  # takes only layers the GELU epilogue rewrote
         given = resident.use_resident_layers(loaded.model)
         log.info("%s", fields(event="engine.resident_layers", encoders=given,
                               max_tokens=resident.MAX_TOKENS))

@@ -18,6 +18,7 @@ interpreter), through pointers; a proxy fence at each barrier orders the plain s
 with the TMA loads after it.
 """
 
+import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -195,8 +196,6 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     stacked weights (kernels/resident_layers.py, STACKED); `tiles` the block sizes (and
     ATTENTION, default on: off, the output product reads the QKV product's first H columns).
     Returns (the output, the barrier counter)."""
-    import torch
-
     m, hidden = x.shape
     layers, ff = w["up_w"].shape[0], w["up_w"].shape[1]
     bm = tiles["BM"]
