@@ -23,19 +23,17 @@ HBM, as in the model), random, bf16.
   engine's resident layers, engine/resident.py), one launch of as many programs as the GPU
   has SMs. A product is split into tiles of BN output columns (and, for the output
   and down products, SPLIT slices of K whose float32 partial sums the norm step adds up); each
-  program takes every n-th tile; grid barriers around the norms and per-tile counters
-  elsewhere order the steps (the kernel's docstring). Its tiles are the fastest of a small
-  sweep, with the products loading through pointers or tensor
+  program takes every n-th tile; a barrier (an atomic counter) separates the steps. Its tiles
+  are the fastest of a small sweep, with the products loading through pointers or tensor
   descriptors (TMA).
 
 Each chain is one CUDA graph of 24 layers; µs a layer, rounds interleaved; the persistent
 result is checked against cuBLAS's (cosine). Writes OUT/layer_chain_gpu.json, prints a table.
 
-With `--barriers`, instead: what the persistent kernel's barriers cost without their work:
+With `--barriers`, instead: what the persistent kernel's steps cost without their products:
 144 barriers in one launch, alone and with every program reading the [128, 1,024] bf16
 activation from L2 before each (as each tile of a product over the whole of K does), with as
-many programs as SMs and with 64; the kernel's (a flag a program) against one atomic counter
-that every program adds to, its first version.
+many programs as SMs and with 64.
 """
 
 import argparse
@@ -47,27 +45,13 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from hedgerow.kernels.resident_layers_triton import (BARRIERS_A_LAYER, _grid_sync,
-                                                    bert_layers_triton)
+from hedgerow.kernels.resident_layers_triton import _grid_sync, bert_layers_triton
 
 HIDDEN, QKV, FF, LAYERS, EPS = 1024, 3072, 4096, 24, 1e-5
 
 
 @triton.jit
-def _counter_sync(sync_ptr, target):
-    """The kernel's first barrier, for comparison: one atomic counter that every program adds
-    to and reads until it reaches `target`."""
-    tl.debug_barrier()
-    tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
-    while tl.load(sync_ptr, volatile=True) < target:
-        pass
-    tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
-def _barriers(sync_ptr, count, a_ptr, K: tl.constexpr, READ: tl.constexpr,
-              FLAGS: tl.constexpr, P_BLOCK: tl.constexpr):
+def _barriers(sync_ptr, count, a_ptr, K: tl.constexpr, READ: tl.constexpr):
     programs = tl.num_programs(0)
     rows = tl.arange(0, 128)
     acc = tl.zeros((128, 64), dtype=tl.float32)
@@ -76,36 +60,26 @@ def _barriers(sync_ptr, count, a_ptr, K: tl.constexpr, READ: tl.constexpr,
             for k0 in range(0, K, 64):
                 acc += tl.load(a_ptr + rows[:, None] * K + k0 + tl.arange(0, 64)[None, :],
                                cache_modifier=".cg").to(tl.float32)
-        if FLAGS:
-            _grid_sync(sync_ptr, i + 1, programs, P_BLOCK, True, False)
-        else:
-            _counter_sync(sync_ptr, (i + 1) * programs)
+        _grid_sync(sync_ptr, (i + 1) * programs)
     # never true for these inputs; keeps the reads from being optimized away
     tl.store(a_ptr + rows[:, None] * K + tl.arange(0, 64)[None, :], acc.to(tl.bfloat16),
              mask=acc > 1e30)
 
 
 def barrier_cells(programs, count=144):
-    """µs a barrier, the kernel's (a flag a program) and one atomic counter, alone and after
-    each program reads a [128, 1,024] activation."""
+    """µs a barrier, alone and after each program reads a [128, 1,024] activation."""
     from hedgerow.bench import engine_gpu
-    p_block = triton.next_power_of_2(programs)
-    sync = torch.zeros(p_block, device="cuda", dtype=torch.int32)
+    sync = torch.zeros(1, device="cuda", dtype=torch.int32)
     a = torch.randn(128, HIDDEN, device="cuda", dtype=torch.bfloat16)
     cells = []
     for read in (False, True):
         for grid in (programs, 64):
-            for flags in (True, False):
-                def run(read=read, grid=grid, flags=flags):
-                    sync.zero_()
-                    _barriers[(grid,)](sync, count, a, K=HIDDEN, READ=read, FLAGS=flags,
-                                       P_BLOCK=p_block, num_warps=4,
-                                       launch_cooperative_grid=True)
-                us = engine_gpu.graph_time_us(run, reps=10) / count
-                kind = "flags" if flags else "counter"
-                cells.append(dict(barrier=kind, read=read, programs=grid,
-                                  us_per_barrier=round(us, 2)))
-                engine_gpu.log(f"{kind}, read {read}, {grid} programs: {us:.2f} us a barrier")
+            def run(read=read, grid=grid):
+                sync.zero_()
+                _barriers[(grid,)](sync, count, a, K=HIDDEN, READ=read, num_warps=4)
+            us = engine_gpu.graph_time_us(run, reps=10) / count
+            cells.append(dict(read=read, programs=grid, us_per_barrier=round(us, 2)))
+            engine_gpu.log(f"read {read}, {grid} programs: {us:.2f} us a barrier")
     return cells
 
 
@@ -155,12 +129,16 @@ class PersistentChain:
                                  f"{split} x {tiles['BK']}")
         self.w, self.programs, self.eps = w, programs, eps
         self.tiles = tiles | dict(BM=block_m, BQ=16, ATTENTION=False)
-        self.flags = None
+        self.sync = None
+        self._one_sequence = {}  # cu_seqlens by row count, made before any graph capture
 
     def __call__(self, x):
-        one = torch.tensor([0, x.shape[0]], device=x.device, dtype=torch.int32)
-        out, self.flags = bert_layers_triton(x, one, self.w, 1, self.eps, self.tiles,
-                                            self.programs)
+        rows = x.shape[0]
+        if rows not in self._one_sequence:
+            self._one_sequence[rows] = torch.tensor([0, rows], device=x.device,
+                                                    dtype=torch.int32)
+        out, self.sync = bert_layers_triton(x, self._one_sequence[rows], self.w, 1, self.eps,
+                                            self.tiles, self.programs)
         return out
 
 
@@ -214,10 +192,9 @@ def main() -> int:
             engine_gpu.log(f"{name}: {type(error).__name__}: {str(error)[:200]}")
             continue
         cosine = F.cosine_similarity(out, reference).min().item()
-        passed = set(chain.flags.tolist())
-        if passed != {BARRIERS_A_LAYER * LAYERS}:  # each program at every barrier
-            engine_gpu.log(f"{name}: programs passed {sorted(passed)} barriers, want "
-                           f"{BARRIERS_A_LAYER * LAYERS}")
+        if chain.sync.item() != 6 * LAYERS * programs:  # each program once at every barrier
+            engine_gpu.log(f"{name}: barrier counter {chain.sync.item()}, want "
+                           f"{6 * LAYERS * programs}")
             continue
         us = engine_gpu.graph_time_us(lambda c=chain: c(x), reps=10) / LAYERS
         tried[name] = dict(cosine=round(cosine, 6), us_per_layer=round(us, 2))

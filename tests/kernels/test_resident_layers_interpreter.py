@@ -2,7 +2,7 @@
 reference, and kernels/resident_layers.py's argument checks and CPU path.
 
 The interpreter runs programs one after another, so the kernel runs as one program (its
-waits pass at once) and in float32 (the interpreter's `tl.dot` miscomputes bfloat16), both
+barriers pass at once) and in float32 (the interpreter's `tl.dot` miscomputes bfloat16), both
 through pointers and through tensor descriptors, with K split in two and in three; on a GPU benchmarks/resident_gpu.py compares
 the engine with and without it (cosine) before timing them.
 """
@@ -19,7 +19,7 @@ from hedgerow.kernels.resident_layers import (MAX_TOKENS, STACKED, TILES, fits,
 CHILD = """
 import torch
 from hedgerow.kernels.resident_layers import reference_bert_layers
-from hedgerow.kernels.resident_layers_triton import BARRIERS_A_LAYER, bert_layers_triton
+from hedgerow.kernels.resident_layers_triton import bert_layers_triton
 torch.manual_seed(0)
 def stacked(hidden, ff, layers):
     def r(*shape, scale, centre=0.0):
@@ -43,9 +43,9 @@ for hidden, ff, heads, layers, split_o in ((64, 128, 4, 2, 2), (128, 64, 8, 1, 2
         x = torch.randn(int(cu[-1]), hidden)
         want = reference_bert_layers(x, cu, w, heads, 1e-5)
         for tma in (False, True):
-            got, flags = bert_layers_triton(x, cu, w, heads, 1e-5, tiles | dict(TMA=tma), 1)
+            got, sync = bert_layers_triton(x, cu, w, heads, 1e-5, tiles | dict(TMA=tma), 1)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-            assert flags.tolist() == [BARRIERS_A_LAYER * layers]
+            assert sync.item() == 7 * layers  # seven barriers a layer
             checked += 1
 print("ok", checked)
 """
