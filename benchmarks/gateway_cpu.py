@@ -130,8 +130,8 @@ def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str
             stub = embed_pb2_grpc.EmbedderStub(channel)
             for _ in range(20):  # warm-up: connections, caches, the engine's first shapes
                 stub.Embed(request, timeout=60)
-                for http in https:
-                    http.post()
+                for connection in https:
+                    connection.post()
                 user.post()
             for _ in range(rounds):
                 first = len(direct)
@@ -141,17 +141,17 @@ def paired(server: str, gateways: list[str], tokenizer: TextTokenizer, text: str
                     stub.Embed(request, timeout=60)
                     direct.append(time.perf_counter() - began)
                     # Gateways alternate in order, so neither always follows the gRPC call.
-                    for http, times in turns if i % 2 == 0 else turns[::-1]:
+                    for connection, times in turns if i % 2 == 0 else turns[::-1]:
                         began = time.perf_counter()
-                        http.post()
+                        connection.post()
                         times.append(time.perf_counter() - began)
                     began = time.perf_counter()
                     user.post()
                     users.append(time.perf_counter() - began)
                 medians.append(float(np.median(np.subtract(through[0][first:], direct[first:]))))
     finally:
-        for http in https:
-            http.close()
+        for connection in https:
+            connection.close()
         user.close()
     d, t = np.asarray(direct) * 1e3, [np.asarray(times) * 1e3 for times in through]
     u = np.asarray(users) * 1e3

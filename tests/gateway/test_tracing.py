@@ -17,7 +17,6 @@ from opentelemetry.proto.collector.trace.v1 import (
 )
 
 import tests.gateway.conftest as conftest
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
 

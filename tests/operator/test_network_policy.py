@@ -10,7 +10,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from hedgerow.operator import names
 from hedgerow.operator.build_network import OPERATOR_PEER
 from hedgerow.operator.manifests import build_all, unwanted
 from hedgerow.operator.spec import parse
