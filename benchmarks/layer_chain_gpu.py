@@ -145,14 +145,14 @@ class PersistentChain:
 # Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages,
 # TMA: the products' loads through tensor descriptors).
 SWEEP = [
-    (64, 32, 32, 4, 32, 32, 4, 4, 4, False),
     (128, 32, 32, 4, 32, 32, 4, 4, 4, True),
-    (128, 32, 32, 4, 32, 32, 4, 4, 5, True),
     (64, 32, 32, 4, 32, 32, 4, 4, 6, True),
-    (64, 32, 32, 4, 32, 32, 4, 4, 8, True),
-    (128, 64, 32, 4, 32, 32, 4, 4, 4, True),
-    (128, 32, 32, 4, 32, 32, 8, 4, 4, True),
-    (128, 32, 32, 4, 32, 32, 4, 8, 5, True),
+    (64, 32, 128, 16, 32, 128, 16, 4, 6, True),
+    (64, 32, 64, 8, 32, 64, 8, 4, 6, True),
+    (64, 32, 128, 8, 32, 128, 16, 4, 6, True),
+    (128, 32, 128, 8, 32, 128, 8, 4, 3, True),
+    (128, 32, 64, 4, 32, 64, 8, 4, 4, True),
+    (128, 32, 64, 8, 32, 64, 8, 4, 4, True),
 ]
 _KEYS = ("BK", "BN_QKV", "BN_O", "SPLIT_O", "BN_UP", "BN_DOWN", "SPLIT_DOWN", "warps", "stages",
          "TMA")
