@@ -143,8 +143,10 @@ class PersistentChain:
 
 
 # Tiles tried on the GPU: (BK, BN_QKV, BN_O, SPLIT_O, BN_UP, BN_DOWN, SPLIT_DOWN, warps, stages,
-# TMA: the products' loads through tensor descriptors).
+# TMA: the products' loads through tensor descriptors; the first, without, for GPUs before
+# Hopper).
 SWEEP = [
+    (64, 32, 32, 4, 32, 32, 4, 4, 4, False),
     (128, 32, 32, 4, 32, 32, 4, 4, 4, True),
     (64, 32, 32, 4, 32, 32, 4, 4, 6, True),
     (64, 32, 128, 16, 32, 128, 16, 4, 6, True),
