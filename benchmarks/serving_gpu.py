@@ -11,7 +11,10 @@ benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
 1. Correctness gate: the server's embeddings over gRPC against `transformers` in float32 on the
    same weights, one sequence at a time; every cosine must be >= 0.999 (0.99 under float8, a
    space of its own, whose gate batch runs in FP8), else abort before timing.
-2. Chart 1, low-latency embeddings: pre-tokenized batch 1, sequential, 128/512/4096 tokens.
+2. Chart 1, low-latency embeddings: pre-tokenized batch 1, sequential, 128/512/4096 tokens;
+   the server's own counters (GET /metrics and /warmup, read around the timed calls) split
+   each cell's mean into the server's part (queued, the engine's step, the rest) and the
+   client's and gRPC's, and count the graph replays and eager steps (a second table).
 3. Chart 2, scoring: pre-tokenized requests of 5, 25 and 50 sequences of 512 tokens, sequential.
 4. Chart 3, throughput: requests of 100 sequences, 4 concurrent client processes,
    512/1024/4096 tokens; embeddings per second.
@@ -150,15 +153,61 @@ def random_sequences(count: int, length: int, vocab: int, seed: int) -> list[lis
     return rng.integers(1000, min(vocab, 30000), size=(count, length)).tolist()
 
 
-def timed_loop(call, requests, warmup: int) -> list[float]:
+def timed_loop(call, requests, warmup: int, on_start=None) -> list[float]:
+    """ms per call of `requests`, after `warmup` untimed calls (then `on_start()`, if given)."""
     for request in requests[:warmup]:
         call(request)
+    if on_start is not None:
+        on_start()
     times = []
     for request in requests:
         start = time.perf_counter()
         call(request)
         times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+# -- where a sequential request's time goes, from the server's own counters --------------------
+
+SERVER_HISTOGRAMS = ("request", "queue", "step")  # hedgerow_server_<name>_seconds
+
+
+def server_counters(http_port: int) -> dict:
+    """The server's running totals: the sum and count of its request, queue and step
+    histograms (GET /metrics; docs/server.md has their definitions), and the graph replays and
+    eager steps of its engine (GET /warmup; absent on CPU)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        metrics = conn.getresponse().read().decode()
+        conn.request("GET", "/warmup")
+        report = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    totals = {}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            for name in SERVER_HISTOGRAMS:
+                prefix = f"hedgerow_server_{name}_seconds"
+                if sample.name in (f"{prefix}_sum", f"{prefix}_count"):
+                    totals[f"{name}_{sample.name.rsplit('_', 1)[1]}"] = sample.value
+    return totals | {key: report[key] for key in ("replays", "eager_runs") if key in report}
+
+
+def server_breakdown(before: dict, after: dict) -> dict:
+    """Per request between two server_counters(): the server's mean request, queue and step
+    ms; in all, the requests it answered and its graph replays and eager steps."""
+    out = {"server_requests": int(after["request_count"] - before["request_count"])}
+    for name in SERVER_HISTOGRAMS:
+        count = after[f"{name}_count"] - before[f"{name}_count"]
+        if count:
+            out[f"server_{name}_ms"] = (after[f"{name}_sum"] - before[f"{name}_sum"]) / count * 1e3
+    for key in ("replays", "eager_runs"):
+        if key in after:
+            out[key] = after[key] - before[key]
+    return out
 
 
 # -- concurrent clients (separate processes, so the client's GIL is not what we measure) ------
@@ -349,10 +398,13 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
         wait("server", server, lambda: grpc_serving(f"127.0.0.1:{grpc_port}"), 600, server_log)
         client = GrpcClient(grpc_port)
 
-        def record(chart, x, ours_ms=None, base_ms=None, ours_rate=None, base_rate=None, n=0):
+        def record(chart, x, ours_ms=None, base_ms=None, ours_rate=None, base_rate=None, n=0,
+                   server=None):
             row = {"model": name, "chart": chart, "x": x, "requests": n}
             if ours_ms is not None:
-                row.update(p50=percentile(ours_ms, 50), p99=percentile(ours_ms, 99))
+                row.update(p50=percentile(ours_ms, 50), p99=percentile(ours_ms, 99),
+                           mean=statistics.fmean(ours_ms))
+            row.update(server or {})
             if base_ms is not None:
                 row.update(base_p50=percentile(base_ms, 50), base_p99=percentile(base_ms, 99))
             if ours_rate is not None:
@@ -380,10 +432,13 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
         for length in args.latency_lengths if 1 in args.charts else ():
             n = args.requests if length < 4096 else max(args.requests // 4, 50)
             reqs = [client.request(random_sequences(1, length, vocab, i)) for i in range(8)]
-            ours = timed_loop(client.embed, [reqs[i % 8] for i in range(n)], warmup=8)
+            counters = []
+            ours = timed_loop(client.embed, [reqs[i % 8] for i in range(n)], warmup=8,
+                              on_start=lambda: counters.append(server_counters(http_port)))
+            server_side = server_breakdown(counters[0], server_counters(http_port))
             seqs = [random_sequences(1, length, vocab, i) for i in range(8)]
             base = timed_loop(baseline.embed, [seqs[i % 8] for i in range(min(n, 300))], 3)
-            record("chart1", length, ours, base, n=n)
+            record("chart1", length, ours, base, n=n, server=server_side)
 
         for count in args.score_counts if 2 in args.charts else ():
             n = max(args.requests // (count // 5 + 1), 50)
@@ -479,6 +534,23 @@ def table(results: list) -> str:
             met = "" if target == "" else ("yes" if row["p50"] <= target else "no")
         lines.append(f"| {row['model']} | {row['chart']} | {row['x']} | {ours} | {ours99} | "
                      f"{base} | {tulip} | {vllm} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+def breakdown_table(results: list) -> str:
+    """Chart 1's means split by the server's own counters: in the server (admission to
+    answer), of which queued and the engine's step; outside it, the client and gRPC."""
+    rows = [r for r in results if r["chart"] == "chart1" and "server_request_ms" in r]
+    if not rows:
+        return ""
+    lines = ["| model | tokens | client mean ms | in the server | queued | engine step | server, "
+             "rest | client and gRPC | replays | eager steps |", "|" + " --- |" * 10]
+    for r in rows:
+        inside, queued, step = (r.get(f"server_{k}_ms", 0.0) for k in SERVER_HISTOGRAMS)
+        lines.append(f"| {r['model']} | {r['x']} | {r['mean']:.3f} | {inside:.3f} | "
+                     f"{queued:.3f} | {step:.3f} | {inside - queued - step:.3f} | "
+                     f"{r['mean'] - inside:.3f} | {r.get('replays', '')} | "
+                     f"{r.get('eager_runs', '')} |")
     return "\n".join(lines)
 
 
@@ -594,6 +666,9 @@ def main(argv=None) -> int:
         (args.out / "serving.json").write_text(json.dumps(results, indent=1))
     plot(results, args.out)
     print(table(results), flush=True)
+    breakdown = breakdown_table(results)
+    if breakdown:
+        print("\nChart 1, where a request's mean goes (ms):\n" + breakdown, flush=True)
     return 0
 
 

@@ -26,5 +26,11 @@ def test_serving_benchmark_smoke_runs_every_chart(tmp_path, subprocess_env):
     assert all(row["p50"] > 0 for row in rows if "p50" in row)
     assert all(row["emb_s"] > 0 for row in rows if "emb_s" in row)
     assert "| model | chart | x | ours p50 |" in done.stdout
+    # chart 1's means split by the server's counters, which saw every timed call and no other
+    for row in (row for row in rows if row["chart"] == "chart1"):
+        assert row["server_requests"] == row["requests"], row
+        assert 0 < row["server_step_ms"] <= row["server_request_ms"] < row["mean"], row
+        assert 0 <= row["server_queue_ms"] < row["server_request_ms"], row
+    assert "Chart 1, where a request's mean goes (ms):" in done.stdout
     for chart in ("chart1", "chart2", "chart3", "chart4"):
         assert (tmp_path / f"{chart}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
