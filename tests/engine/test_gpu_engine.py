@@ -5,13 +5,16 @@
 - tail padding and empty sequence slots change nothing: a sequence's embedding is the same
   alone, in a bucket with a long padded tail, and in a batch with others (ragged equals
   per-sequence);
-- past the grid runs eagerly; warmup captures the hot set; the LazyTensor protocol holds.
+- past the grid runs eagerly; warmup captures the hot set; the LazyTensor protocol holds;
+- the optional paths keep the embeddings: the GELU epilogue, the resident layers, QuACK's
+  products, FP8.
 
 Checkpoints: an XLM-R encoder (MHA, head dim 64, CLS pooling) and Qwen3 (GQA 4/2 heads of
 128, causal and bidirectional, last-token and mean pooling), written with `transformers`.
 """
 
 import json
+from unittest import mock
 
 import pytest
 import torch
@@ -25,8 +28,10 @@ import transformers  # noqa: E402
 from hedgerow.engine.attention_cuda import (BACKEND_NAMES, AttentionTable,  # noqa: E402
                                             Cell, available_backends, shape_key)
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
+from hedgerow.engine import resident  # noqa: E402
 from hedgerow.engine.engine import Engine  # noqa: E402
 from hedgerow.engine.graphs import State  # noqa: E402
+from hedgerow.engine.models.bert import BertModel  # noqa: E402
 from hedgerow.gpu_settings import GpuSettings  # noqa: E402
 from hedgerow.graph_grid import Config  # noqa: E402
 
@@ -264,6 +269,23 @@ def test_the_gelu_epilogue_keeps_the_embeddings(model_dir):
     expected = _embed(plain, sequences)
     for _ in range(3):
         assert_same_embeddings(_embed(engine, sequences), expected)
+
+
+def test_the_resident_layers_keep_the_embeddings(model_dir):
+    if "xlmr" not in model_dir.name:
+        pytest.skip("only the BERT family has the resident layers")
+    with mock.patch.object(resident, "RESIDENT_LAYERS", True):
+        engine = _engine(model_dir, gelu_epilogue=True)
+    assert [m.resident_layers is not None for m in engine._gpu.model.modules()
+            if isinstance(m, BertModel)] == [True]
+    plain = _engine(model_dir, graphs=False)
+    # up to 128 tokens (one sequence, ragged with a one-token one, a full 128) take the
+    # kernel; 200 tokens the layers one by one; each through eager, capture and replay
+    for lengths in ([37], [37, 1, 80], [128], [120, 80]):
+        sequences = _sequences(lengths, seed=len(lengths) + sum(lengths))
+        expected = _embed(plain, sequences)
+        for _ in range(3):
+            assert_same_embeddings(_embed(engine, sequences), expected)
 
 
 def test_quack_mlp_products_keep_the_embeddings(model_dir):
