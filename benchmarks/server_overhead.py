@@ -224,8 +224,9 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool,
         delay = device_ms / 1e3 if case == "device" else 0.0
         # No idle probe: the stand-in's rows of zeros have no direction, so the probe's
         # cosine is NaN and would fail the engine after 30 s without requests.
+        # model: only the metrics' name; no model is read, so no package is needed.
         settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
-                                  device="cpu", inflight_batches=2 if case == "device" else 0,
+                                  model="stand-in", device="cpu", inflight_batches=2 if case == "device" else 0,
                                   host_cpu=host_cpu, log_level="warning", probe_interval=0)
         stand_in = Space(fingerprint="stand-in", facts={})  # nothing to fingerprint
         return await serve(settings, stop=stop,

@@ -390,8 +390,8 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
     server = start(["server", "--model", str(directory), "--device", args.device, "--dtype",
                     dtype, "--host", "127.0.0.1", "--port", str(grpc_port),
                     "--http-port", str(http_port), "--max-batch-tokens", str(args.max_batch_tokens),
-                    "--max-inflight-tokens", "4000000", "--max-request-tokens", "500000"],
-                   server_log, log_level=None)
+                    "--max-inflight-tokens", "4000000", "--max-request-tokens", "500000",
+                    *args.server_arg], server_log, log_level=None)
     gateway = None
     try:
         log(f"{name}: starting server (model load, hot-set capture)")
@@ -608,6 +608,9 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="check the harness on CPU with the packaged MiniLM and few requests "
                              "(numbers meaningless)")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="one more flag for `hedgerow server` (repeatable), e.g. "
+                             "--server-arg=--host-cpu=2")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.json for random-weight models (default: the packaged "
                              "all-MiniLM-L6-v2 one)")
