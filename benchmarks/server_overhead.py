@@ -12,6 +12,9 @@ What runs: each case starts a server in a child process on loopback and a sync g
   echo-hop   echo-aio plus one round trip through a worker thread per call (a SimpleQueue put,
              `call_soon_threadsafe` back), as the server's engine thread makes: the floor of
              a design whose device calls all run on one thread;
+  echo-wait  echo-hop whose worker waits `--device-ms` as the device case's stand-in does: the
+             floor for the device case, since threads that slept through the wait wake slower
+             than hot ones (on some virtual machines by hundreds of microseconds a request);
   instant    the REAL server stack (`hedgerow.server.app.serve`: servicer, decoding and
              validation, admission, the scheduling loop, the engine thread, postprocessing,
              encoding, metrics) with a STAND-IN ENGINE, FOR TIMING ONLY: its `step` returns a
@@ -19,7 +22,7 @@ What runs: each case starts a server in a child process on loopback and a sync g
              difference to echo-aio is the server's host overhead;
   device     the same stand-in, but its result becomes ready `--device-ms` after `step`
              returns (like a GPU's LazyTensor), so the device-wait path is exercised; the
-             difference to instant + device-ms is what that path costs.
+             difference to echo-wait is what the server costs around a device wait.
 Every case's server runs for the whole benchmark; each of `--rounds` rounds measures every
 case in turn (the order rotating), so a noisy moment of a shared machine lands on all of them.
 Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls and the
@@ -65,7 +68,8 @@ from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
-CASES = ("echo-aio", "echo-sync", "echo-hop", "instant", "device")
+CASES = ("echo-aio", "echo-sync", "echo-hop", "echo-wait", "instant", "device")
+WAITING = ("echo-wait", "device")  # the cases whose step takes --device-ms
 
 
 # --- the child: one server per case ----------------------------------------------------------
@@ -138,16 +142,20 @@ class EchoAio(embed_pb2_grpc.EmbedderServicer):
 
 
 class EchoHop(EchoAio):
-    """EchoAio, but each call waits for a worker thread to hand it back (one round trip)."""
+    """EchoAio, but each call waits for a worker thread to hand it back (one round trip), after
+    `delay` seconds waited as the device case's stand-in waits."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         super().__init__()
+        self._delay = delay
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._work, daemon=True).start()
 
     def _work(self) -> None:
         while True:
             loop, future = self._jobs.get()
+            if self._delay > 0:
+                DelayedResult(None, self._delay).synchronize()
             loop.call_soon_threadsafe(future.set_result, None)
 
     async def Embed(self, request, context):
@@ -219,9 +227,10 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool,
 
     async def main() -> int:
         stop = asyncio.Event()
-        if case in ("echo-aio", "echo-hop"):
-            return await _echo_aio(port, stop, EchoHop() if case == "echo-hop" else EchoAio())
-        delay = device_ms / 1e3 if case == "device" else 0.0
+        delay = device_ms / 1e3 if case in WAITING else 0.0
+        if case.startswith("echo"):
+            servicer = EchoAio() if case == "echo-aio" else EchoHop(delay)
+            return await _echo_aio(port, stop, servicer)
         # No idle probe: the stand-in's rows of zeros have no direction, so the probe's
         # cosine is NaN and would fail the engine after 30 s without requests.
         # model: only the metrics' name; no model is read, so no package is needed.
@@ -254,8 +263,8 @@ def start(case: str, device_ms: float, profile: bool, http_port: int, host_cpu: 
     proc = subprocess.Popen(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", case, "--port", str(port),
          "--http-port", str(http_port), "--host-cpu", host_cpu]
-        # Only the device case waits; the others take the flag's default (0 is not a valid one).
-        + (["--device-ms", str(device_ms)] if case == "device" else [])
+        # Only the waiting cases wait; the others take the flag's default (0 is not a valid one).
+        + (["--device-ms", str(device_ms)] if case in WAITING else [])
         + (["--profile", case] if profile else []),
         env={k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")})
     address = f"127.0.0.1:{port}"
@@ -390,22 +399,28 @@ def report(cases: dict[str, Case], args) -> None:
               f"{case.median('cpu'):>11.0f} {case.median('rps4'):>16.0f} "
               f"{case.median('rps16'):>17.0f} {case.median('cpu16'):>15.0f} "
               f"{case.median('switches16'):>17.1f}   {'':>17}{inside}")
-    echo = cases.get("echo-aio")
-    if echo is None:
+    if "echo-aio" not in cases:
         return
-    print("\nagainst the floor (bare grpc.aio echo), per round: median [range]")
-    floor = [row["p50"] for row in echo.rounds]
-    for name, device in (("echo-hop", 0.0), ("instant", 0.0), ("device", args.device_ms * 1e3)):
+    print("\nagainst a floor, per round: median [range]")
+    wait_us = args.device_ms * 1e3
+    # (case, its floor, what the floor lacks): the device case against echo-wait where it ran
+    pairs = [("echo-hop", "echo-aio", 0.0), ("echo-wait", "echo-aio", wait_us),
+             ("instant", "echo-aio", 0.0),
+             ("device", "echo-wait", 0.0) if "echo-wait" in cases else
+             ("device", "echo-aio", wait_us)]
+    for name, floor_name, missing in pairs:
         if name not in cases:
             continue
-        rows = cases[name].rounds
-        above = [row["p50"] - base - device for row, base in zip(rows, floor)]
-        share = [row["rps16"] / base["rps16"] for row, base in zip(rows, echo.rounds)]
-        cpu = [row["cpu"] - base["cpu"] for row, base in zip(rows, echo.rounds)]
-        what = "p50 - echo p50" + (f" - {args.device_ms:g} ms" if device else "")
-        print(f"  {name:<8} {what:<26} {spread(above, '.0f')} µs;   "
-              f"CPU per request - echo's {spread(cpu, '.0f')} µs;   "
-              f"16 clients req/s / echo's {spread(share, '.2f')}")
+        rows, floor = cases[name].rounds, cases[floor_name].rounds
+        above = [row["p50"] - base["p50"] - missing for row, base in zip(rows, floor)]
+        share = [row["rps16"] / base["rps16"] for row, base in zip(rows, floor)]
+        cpu = [row["cpu"] - base["cpu"] for row, base in zip(rows, floor)]
+        what = f"p50 - {floor_name} p50" + (f" - {args.device_ms:g} ms" if missing else "")
+        # echo-wait's one worker waits for each call in turn: no throughput floor
+        throughput = ("" if floor_name == "echo-wait" else
+                      f";   16 clients req/s / {floor_name}'s {spread(share, '.2f')}")
+        print(f"  {name:<9} {what:<30} {spread(above, '.0f')} µs;   "
+              f"CPU per request - {floor_name}'s {spread(cpu, '.0f')} µs{throughput}")
 
 
 def main() -> int:
@@ -419,7 +434,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=at_least(2), default=128,
                         help="tokens per request (>= 2)")
     parser.add_argument("--device-ms", type=positive, default=1.0,
-                        help="the device case's stand-in step time, milliseconds")
+                        help="the device and echo-wait cases' stand-in step time, milliseconds")
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases")
     parser.add_argument("--profile", choices=CASES, help="run this case's server under cProfile")
     parser.add_argument("--host-cpu", default="auto",
