@@ -235,7 +235,8 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool,
         # cosine is NaN and would fail the engine after 30 s without requests.
         # model: only the metrics' name; no model is read, so no package is needed.
         settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
-                                  model="stand-in", device="cpu", inflight_batches=2 if case == "device" else 0,
+                                  model="stand-in", device="cpu",
+                                  inflight_batches=2 if case == "device" else 0,
                                   host_cpu=host_cpu, log_level="warning", probe_interval=0)
         stand_in = Space(fingerprint="stand-in", facts={})  # nothing to fingerprint
         return await serve(settings, stop=stop,
@@ -404,10 +405,9 @@ def report(cases: dict[str, Case], args) -> None:
     print("\nagainst a floor, per round: median [range]")
     wait_us = args.device_ms * 1e3
     # (case, its floor, what the floor lacks): the device case against echo-wait where it ran
+    device_floor = ("echo-wait", 0.0) if "echo-wait" in cases else ("echo-aio", wait_us)
     pairs = [("echo-hop", "echo-aio", 0.0), ("echo-wait", "echo-aio", wait_us),
-             ("instant", "echo-aio", 0.0),
-             ("device", "echo-wait", 0.0) if "echo-wait" in cases else
-             ("device", "echo-aio", wait_us)]
+             ("instant", "echo-aio", 0.0), ("device", *device_floor)]
     for name, floor_name, missing in pairs:
         if name not in cases:
             continue
