@@ -30,9 +30,10 @@ server process's CPU time per request over them (all its threads: less at the me
 machine than latency), then 4 and 16 concurrent client threads for `--seconds` each
 (requests/s; at 16, also the server's CPU time and context switches per request, all threads:
 the switches count hand-offs between threads, and vary far less than time does). The table
-gives medians
-over rounds, then each server case against the floor round by round: p50 above echo's (and
-above echo's plus the stand-in device time), and its 16-client throughput as a share of echo's.
+gives medians over rounds, then each case against its floor round by round: p50 above the
+floor's (plus the stand-in device time where the floor does not wait: echo-wait against the
+echo, and the device case when echo-wait did not run), and the 16-client throughput as a share
+of the echo's.
 For the server cases it also reads the server's own histograms over the sequential phase:
 `handler` is hedgerow_server_request_seconds (the servicer's whole handler: decode, checks, queue,
 engine, encode), `queue` and `step` the loop's; the rest of the client's latency is gRPC.
