@@ -37,8 +37,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      float32), `resident` the defaults with BERT-family layers at up to 128 tokens as one
      kernel launch (engine/resident.py)):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
-     for FP8, and on each sequence alone, the small batches' path), compile time, latency, a 16 x 512
-     scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
+     for FP8, and on each sequence alone, the small batches' path), compile time, latency, a
+     16 x 512 scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
      graph replay launches (count, per layer, each kernel's time) at 1 x 128 and 16 x 512.
      `--compiled-only` skips the uncompiled engine and `transformers` (step 2 but its gate).
 Writes OUT/engine_gpu.json and prints a table last. Numbers depend on the GPU and its clocks.

@@ -3,8 +3,8 @@ reference, and kernels/resident_layers.py's argument checks and CPU path.
 
 The interpreter runs programs one after another, so the kernel runs as one program (its
 barriers pass at once) and in float32 (the interpreter's `tl.dot` miscomputes bfloat16), both
-through pointers and through tensor descriptors, with K split in two and in three; on a GPU benchmarks/resident_gpu.py compares
-the engine with and without it (cosine) before timing them.
+through pointers and through tensor descriptors, with K split in two and in three; on a GPU
+benchmarks/resident_gpu.py compares the engine with and without it (cosine) before timing them.
 """
 
 import re
