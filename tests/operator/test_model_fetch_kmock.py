@@ -71,8 +71,12 @@ async def test_fetch_states_become_model_fetched_and_the_commit_status_model(clu
                                   {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}))
     await cluster.post(pods, _pod(deployments["gateway"], "emb-gateway-a",
                                   {"state": {"waiting": {"reason": "PodInitializing"}}}))
-    downloading = await cluster.eventually(
-        lambda: _condition(cluster, "ModelFetched", "Downloading"), "ModelFetched Downloading")
+    async def downloading_both():
+        # the operator may count the first pod before the second exists ("0 of 1 pods")
+        cond = await _condition(cluster, "ModelFetched", "Downloading")
+        return cond if cond and "of 2 pods" in cond["message"] else None
+
+    downloading = await cluster.eventually(downloading_both, "ModelFetched Downloading, 2 pods")
     assert downloading["status"] == "False" and "0 of 2 pods" in downloading["message"]
 
     done = {"exitCode": 0, "reason": "Completed", "message": json.dumps({
