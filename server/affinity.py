@@ -9,6 +9,9 @@ computes beside the I/O rather than under it, and a GPU's waits never take the I
 to pay (2 CPUs), and where a pod's CPUs are usually its own; on a 16-CPU GPU host, pinning
 doubled the context switches and cost a fifth of the 16-client throughput (docs/benchmarks.md).
 `off` leaves all placement to the OS. Linux only; elsewhere nothing is pinned.
+
+It also decides `--busy-poll auto`: whether this process has a CPU to spare for an event loop
+that polls while the device computes (server/loop.py).
 """
 
 import logging
@@ -21,6 +24,9 @@ from hedgerow.logs import fields
 log = logging.getLogger("hedgerow.server.affinity")
 
 AUTO_MAX_CPUS = 4
+# `--busy-poll auto` polls only where one CPU busy for it leaves at least three others.
+BUSY_POLL_MIN_CPUS = 4
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD", or "max PERIOD"
 
 
 class CpuPlan(NamedTuple):
@@ -67,3 +73,27 @@ def _current_cpu(allowed: set[int]) -> int:
     except (OSError, IndexError, ValueError):
         return max(allowed)
     return cpu if cpu in allowed else max(allowed)
+
+
+def busy_poll(setting: str, device: str) -> bool:
+    """What `--busy-poll` (auto, on or off) resolves to for an engine on `device`: auto polls
+    for a GPU, whose batches leave the event loop with nothing to do until they are back, on
+    a process that may use at least BUSY_POLL_MIN_CPUS CPUs; never for a CPU model, whose
+    threads need every core the loop would take."""
+    if setting != "auto":
+        return setting == "on"
+    return str(device).startswith("cuda") and usable_cpus() >= BUSY_POLL_MIN_CPUS
+
+
+def usable_cpus() -> float:
+    """The CPUs this process may run on, bounded by its cgroup's CPU limit where it has one
+    (a pod's `limits.cpu`, which the affinity mask does not show)."""
+    cpus = float(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 1.0
+    try:
+        with open(CGROUP_CPU_MAX) as limit:
+            quota, period = limit.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError, ZeroDivisionError):
+        pass  # no cgroup v2 limit to read: the affinity mask is all there is
+    return cpus

@@ -8,6 +8,9 @@ an idle server waits for nothing but that hand-off; otherwise its sequences wait
 When the engine thread hands a batch back (once per batch), its rows complete the requests
 that are now whole and the next batch is formed from whatever accumulated meanwhile. At most
 `depth` batches are on the engine: 2 on a GPU (batch N+1 launched while N computes), 1 on CPU.
+With `busy_poll` (a GPU's default where CPUs allow, server/affinity.py), one task keeps the
+event loop polling while any batch is on the engine, so the hand-back runs at once; the loop
+sleeps again as soon as none is.
 
 A step the engine thread placed as the engine's fault (server/engine_health.py), or a failed
 periodic probe (`fail_engine`), fails the engine for good: everything admitted fails, nothing
@@ -70,6 +73,7 @@ class EmbedLoop:
         on_crash: Callable[[BaseException], None] | None = None,
         on_engine_failed: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        busy_poll: bool = False,
     ) -> None:
         self._engine = engine_thread
         self._scheduler = scheduler
@@ -78,6 +82,8 @@ class EmbedLoop:
         self._on_crash = on_crash
         self._on_engine_failed = on_engine_failed
         self._on_engine: set[Batch] = set()  # batches queued on or running in the engine thread
+        self._busy_poll = busy_poll
+        self._poller: asyncio.Task | None = None  # polls while batches are on the engine
         self._idle = asyncio.Event()
         self._idle.set()
         self._admitting = True
@@ -196,9 +202,21 @@ class EmbedLoop:
             self._metrics.record(self._metrics.batch_tokens.observe, batch.num_tokens)
             self._metrics.record(self._metrics.batch_sequences.observe, batch.num_seqs)
             self._on_engine.add(batch)
+            if self._busy_poll and self._poller is None:
+                self._poller = asyncio.get_running_loop().create_task(self._poll())
             self._engine.launch(*ragged_arrays(batch),
                                 lambda outcome, batch=batch: self._done(batch, outcome))
         self._settle_idle()
+
+    async def _poll(self) -> None:
+        """Keep the event loop awake until no batch is on the engine: the engine thread's
+        hand-back is then run at once, where a loop asleep in its poll would first have to be
+        woken, which costs a virtual machine's CPU 150-400 µs (docs/server.md, "Busy poll")."""
+        try:
+            while self._on_engine:
+                await asyncio.sleep(0)
+        finally:
+            self._poller = None
 
     def _done(self, batch: Batch, outcome: StepDone) -> None:
         """The engine thread handed `batch` back: answer its requests, launch what waits."""
