@@ -8,8 +8,8 @@ an idle server waits for nothing but that hand-off; otherwise its sequences wait
 When the engine thread hands a batch back (once per batch), its rows complete the requests
 that are now whole and the next batch is formed from whatever accumulated meanwhile. At most
 `depth` batches are on the engine: 2 on a GPU (batch N+1 launched while N computes), 1 on CPU.
-With `busy_poll` (a GPU's default where CPUs allow, server/affinity.py), one task keeps the
-event loop polling while any batch is on the engine, so the hand-back runs at once; the loop
+With `busy_poll` (a GPU's default where CPUs allow, server/affinity.py), the event loop polls
+while any batch is on the engine (hedgerow/busy_poll.py), so the hand-back runs at once; it
 sleeps again as soon as none is.
 
 A step the engine thread placed as the engine's fault (server/engine_health.py), or a failed
@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from hedgerow.busy_poll import BusyPoll
 from hedgerow.errors import HedgerowError, InvalidInputError, NotReadyError
 from hedgerow.logs import fields
 from hedgerow.server.engine_thread import EngineThread, StepDone
@@ -82,8 +83,8 @@ class EmbedLoop:
         self._on_crash = on_crash
         self._on_engine_failed = on_engine_failed
         self._on_engine: set[Batch] = set()  # batches queued on or running in the engine thread
-        self._busy_poll = busy_poll
-        self._poller: asyncio.Task | None = None  # polls while batches are on the engine
+        # Polls while batches are on the engine: their hand-back then runs at once.
+        self._poll = BusyPoll(lambda: bool(self._on_engine)) if busy_poll else None
         self._idle = asyncio.Event()
         self._idle.set()
         self._admitting = True
@@ -202,21 +203,11 @@ class EmbedLoop:
             self._metrics.record(self._metrics.batch_tokens.observe, batch.num_tokens)
             self._metrics.record(self._metrics.batch_sequences.observe, batch.num_seqs)
             self._on_engine.add(batch)
-            if self._busy_poll and self._poller is None:
-                self._poller = asyncio.get_running_loop().create_task(self._poll())
+            if self._poll is not None:
+                self._poll.start()
             self._engine.launch(*ragged_arrays(batch),
                                 lambda outcome, batch=batch: self._done(batch, outcome))
         self._settle_idle()
-
-    async def _poll(self) -> None:
-        """Keep the event loop awake until no batch is on the engine: the engine thread's
-        hand-back is then run at once, where a loop asleep in its poll would first have to be
-        woken, which costs a virtual machine's CPU 150-400 µs (docs/server.md, "Busy poll")."""
-        try:
-            while self._on_engine:
-                await asyncio.sleep(0)
-        finally:
-            self._poller = None
 
     def _done(self, batch: Batch, outcome: StepDone) -> None:
         """The engine thread handed `batch` back: answer its requests, launch what waits."""
