@@ -6,7 +6,7 @@ process must then wake it, and on a virtual machine's CPU that wake-up costs 150
 it polls with a zero timeout and runs the completion at once; the task ends as soon as `busy()`
 is false, and the loop sleeps again. Each turn yields the CPU to any thread waiting for it
 (`sched_yield`, without which the server's own I/O threads on that CPU waited for the poll's
-time slice: 7-9 % fewer requests/s at 16 clients, none with it) and gives the GIL up. The cost
+time slice: 7-11 % fewer requests/s at 16 clients, none with it) and gives the GIL up. The cost
 is the CPU the polling takes.
 """
 
