@@ -27,6 +27,7 @@ AUTO_MAX_CPUS = 4
 # `--busy-poll auto` polls only where one CPU busy for it leaves at least three others.
 BUSY_POLL_MIN_CPUS = 4
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD", or "max PERIOD"
+CGROUP_V1_CPU = "/sys/fs/cgroup/cpu"  # cgroup v1: cpu.cfs_quota_us (-1: none), cpu.cfs_period_us
 
 
 class CpuPlan(NamedTuple):
@@ -89,11 +90,27 @@ def usable_cpus() -> float:
     """The CPUs this process may run on, bounded by its cgroup's CPU limit where it has one
     (a pod's `limits.cpu`, which the affinity mask does not show)."""
     cpus = float(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 1.0
+    limit = _cgroup_cpu_limit()
+    return cpus if limit is None else min(cpus, limit)
+
+
+def _cgroup_cpu_limit() -> float | None:
+    """The cgroup's CPU quota over its period (v2, else v1); None where none is set or can be
+    read."""
+    def read(path: str) -> list[str]:
+        with open(path) as file:
+            return file.read().split()
+
     try:
-        with open(CGROUP_CPU_MAX) as limit:
-            quota, period = limit.read().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, int(quota) / int(period))
-    except (OSError, ValueError, ZeroDivisionError):
-        pass  # no cgroup v2 limit to read: the affinity mask is all there is
-    return cpus
+        quota, period = read(CGROUP_CPU_MAX)[:2]
+    except (OSError, ValueError):
+        try:
+            quota = read(f"{CGROUP_V1_CPU}/cpu.cfs_quota_us")[0]
+            period = read(f"{CGROUP_V1_CPU}/cpu.cfs_period_us")[0]
+        except (OSError, IndexError):
+            return None
+    try:
+        quota_us, period_us = int(quota), int(period)
+    except ValueError:
+        return None  # "max": no limit
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
