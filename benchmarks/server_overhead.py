@@ -25,7 +25,8 @@ What runs: each case starts a server in a child process on loopback and a sync g
              difference to echo-wait is what the server costs around a device wait
              (`--busy-poll off`: its event loop sleeps while the stand-in computes);
   device-poll  the device case with `--busy-poll on`: the event loop polls while a batch is
-             on the engine, as a GPU server's does by default where it has 4 CPUs or more.
+             on the engine and 1 ms after, as a GPU server's does by default where it has 4
+             CPUs or more.
 Every case's server runs for the whole benchmark; each of `--rounds` rounds measures every
 case in turn (the order rotating), so a noisy moment of a shared machine lands on all of them.
 Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls and the

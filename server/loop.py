@@ -9,8 +9,8 @@ When the engine thread hands a batch back (once per batch), its rows complete th
 that are now whole and the next batch is formed from whatever accumulated meanwhile. At most
 `depth` batches are on the engine: 2 on a GPU (batch N+1 launched while N computes), 1 on CPU.
 With `busy_poll` (a GPU's default where CPUs allow, server/affinity.py), the event loop polls
-while any batch is on the engine (hedgerow/busy_poll.py), so the hand-back runs at once; it
-sleeps again as soon as none is.
+while any batch is on the engine and 1 ms after (hedgerow/busy_poll.py), so the hand-back
+runs at once; then it sleeps again.
 
 A step the engine thread placed as the engine's fault (server/engine_health.py), or a failed
 periodic probe (`fail_engine`), fails the engine for good: everything admitted fails, nothing
