@@ -93,10 +93,10 @@ class ServerSettings:
     busy_poll: str = setting(
         "auto",
         "Whether the event loop polls instead of sleeping while batches are on the engine "
-        "(and 1 ms after), so a finished batch's answer goes out without waiting for the "
-        "loop's CPU to wake (about 470 µs a request on a 2-core virtual machine, measured "
-        "with a 1 ms device stand-in). Costs one busy CPU while the device computes; a server "
-        "between bursts sleeps. "
+        "and none wait (and 1 ms after), so a finished batch's answer goes out without "
+        "waiting for the loop's CPU to wake (about 450 µs a request on a 2-core virtual "
+        "machine, measured with a 1 ms device stand-in). Costs one busy CPU while the device "
+        "computes; a server between bursts sleeps. "
         "auto: on for a GPU when this process may use at least 4 CPUs (by its affinity and "
         "its cgroup's CPU limit); off on CPU, whose model needs the cores.",
         choices=("auto", "on", "off"),

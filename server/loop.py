@@ -9,8 +9,8 @@ When the engine thread hands a batch back (once per batch), its rows complete th
 that are now whole and the next batch is formed from whatever accumulated meanwhile. At most
 `depth` batches are on the engine: 2 on a GPU (batch N+1 launched while N computes), 1 on CPU.
 With `busy_poll` (a GPU's default where CPUs allow, server/affinity.py), the event loop polls
-while any batch is on the engine and 1 ms after (hedgerow/busy_poll.py), so the hand-back
-runs at once; then it sleeps again.
+while batches are on the engine and none wait in the pool, and 1 ms after
+(hedgerow/busy_poll.py), so the hand-back runs at once; then it sleeps again.
 
 A step the engine thread placed as the engine's fault (server/engine_health.py), or a failed
 periodic probe (`fail_engine`), fails the engine for good: everything admitted fails, nothing
@@ -83,8 +83,11 @@ class EmbedLoop:
         self._on_crash = on_crash
         self._on_engine_failed = on_engine_failed
         self._on_engine: set[Batch] = set()  # batches queued on or running in the engine thread
-        # Polls while batches are on the engine: their hand-back then runs at once.
-        self._poll = BusyPoll(lambda: bool(self._on_engine)) if busy_poll else None
+        # Polls while batches are on the engine and nothing waits in the pool (the loop has
+        # nothing else to do): their hand-back then runs at once.
+        self._poll = BusyPoll(lambda: bool(self._on_engine) and not scheduler.pool_tokens,
+                              lambda: not self._on_engine and not scheduler.pool_tokens,
+                              ) if busy_poll else None
         self._idle = asyncio.Event()
         self._idle.set()
         self._admitting = True

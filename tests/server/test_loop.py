@@ -157,6 +157,31 @@ def test_busy_poll_keeps_the_loop_polling_only_while_a_batch_is_on_the_engine(bu
     assert rows_a.tolist() == [[10.0] * WIDTH] and rows_b.tolist() == [[20.0] * WIDTH]
 
 
+def test_busy_poll_stops_while_requests_wait_in_the_pool():
+    """A request waiting in the pool gives the loop work of its own: the poll ends at once,
+    and starts again once the pool is empty with a batch on the engine."""
+    async def main():
+        engine = DeviceLikeEngine()
+        loop = make_loop(engine, tokens=4, depth=1, busy_poll=True)
+        before = asyncio.all_tasks()
+        a = submit(loop, [seq(10, 1, 1, 1)], None)
+        b = submit(loop, [seq(20, 2, 2, 2)], None)       # one batch at a time: b waits
+        await until(lambda: len(engine.results) == 1)
+        await until(lambda: asyncio.all_tasks() == before)
+        engine.results[0].release()
+        rows_a = await loop.result(a)
+        await until(lambda: len(engine.results) == 2)    # b on the engine, the pool empty
+        polling_again = asyncio.all_tasks() - before
+        engine.release_all()
+        rows_b = await loop.result(b)
+        await loop.close()
+        return polling_again, rows_a, rows_b
+
+    polling_again, rows_a, rows_b = run(main)
+    assert len(polling_again) == 1
+    assert rows_a.tolist() == [[10.0] * WIDTH] and rows_b.tolist() == [[20.0] * WIDTH]
+
+
 def test_batch_n_plus_1_is_launched_while_batch_n_is_pending():
     """The engine thread blocks on the oldest result only when `depth` are pending or nothing
     else is queued: B, queued behind A, is launched while A computes; C waits in the pool
