@@ -75,7 +75,8 @@ from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
-CASES = ("echo-aio", "echo-sync", "echo-hop", "echo-wait", "instant", "instant-poll", "device", "device-poll")
+CASES = ("echo-aio", "echo-sync", "echo-hop", "echo-wait", "instant", "instant-poll", "device",
+         "device-poll")
 WAITING = ("echo-wait", "device", "device-poll")  # the cases whose step takes --device-ms
 
 
