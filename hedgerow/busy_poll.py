@@ -36,7 +36,8 @@ class BusyPoll:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        if self._task is None:
+        # Only a loop that waits needs one: under load this is called at every launch.
+        if self._task is None and self._waiting():
             self._task = asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
