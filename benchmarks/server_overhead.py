@@ -22,13 +22,7 @@ What runs: each case starts a server in a child process on loopback and a sync g
              difference to echo-aio is the server's host overhead;
   device     the same stand-in, but its result becomes ready `--device-ms` after `step`
              returns (like a GPU's LazyTensor), so the device-wait path is exercised; the
-             difference to echo-wait is what the server costs around a device wait
-             (`--busy-poll off`: its event loop sleeps while the stand-in computes);
-  device-poll  the device case with `--busy-poll on`: the event loop polls while a batch is
-             on the engine and nothing waits in the pool, and 1 ms after, as a GPU server's
-             does by default where it has 4 CPUs or more;
-  instant-poll  the instant case with `--busy-poll on`: a device whose steps are far shorter
-             than the host's path.
+             difference to echo-wait is what the server costs around a device wait.
 Every case's server runs for the whole benchmark; each of `--rounds` rounds measures every
 case in turn (the order rotating), so a noisy moment of a shared machine lands on all of them.
 Per case and round: sequential batch-1 latency p50/p99 (µs) over `--requests` calls and the
@@ -75,9 +69,8 @@ from hedgerow.bench.wire_requests import embed_request
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 WIDTH = 1024
-CASES = ("echo-aio", "echo-sync", "echo-hop", "echo-wait", "instant", "instant-poll", "device",
-         "device-poll")
-WAITING = ("echo-wait", "device", "device-poll")  # the cases whose step takes --device-ms
+CASES = ("echo-aio", "echo-sync", "echo-hop", "echo-wait", "instant", "device")
+WAITING = ("echo-wait", "device")  # the cases whose step takes --device-ms
 
 
 # --- the child: one server per case ----------------------------------------------------------
@@ -244,8 +237,7 @@ def child(case: str, port: int, http_port: int, device_ms: float, profile: bool,
         # model: only the metrics' name; no model is read, so no package is needed.
         settings = ServerSettings(host="127.0.0.1", port=port, http_port=http_port,
                                   model="stand-in", device="cpu",
-                                  inflight_batches=2 if case in WAITING else 0,
-                                  busy_poll="on" if case.endswith("-poll") else "off",
+                                  inflight_batches=2 if case == "device" else 0,
                                   host_cpu=host_cpu, log_level="warning", probe_interval=0)
         stand_in = Space(fingerprint="stand-in", facts={})  # nothing to fingerprint
         return await serve(settings, stop=stop,
@@ -399,13 +391,13 @@ def report(cases: dict[str, Case], args) -> None:
     print(f"batch 1, {args.tokens} tokens, float32 [1, {WIDTH}] answer, sync gRPC client on "
           f"loopback; stand-in engine (no model); device case: ready after {args.device_ms} ms; "
           f"{args.rounds} interleaved rounds, medians over rounds")
-    print(f"{'case':<12} {'p50 µs':>8} {'p99 µs':>8} {'CPU µs/req':>11} {'4 clients req/s':>16} "
+    print(f"{'case':<10} {'p50 µs':>8} {'p99 µs':>8} {'CPU µs/req':>11} {'4 clients req/s':>16} "
           f"{'16 clients req/s':>17} {'16: CPU µs/req':>15} {'16: switches/req':>17}   "
           f"server means, µs: {'handler':>8} {'queue':>6} {'step':>6}")
     for name, case in cases.items():
         inside = "".join(f" {case.median(k):>{w}.0f}" if case.server else f" {'-':>{w}}"
                          for k, w in (("handler", 8), ("queue", 6), ("step", 6)))
-        print(f"{name:<12} {case.median('p50'):>8.0f} {case.median('p99'):>8.0f} "
+        print(f"{name:<10} {case.median('p50'):>8.0f} {case.median('p99'):>8.0f} "
               f"{case.median('cpu'):>11.0f} {case.median('rps4'):>16.0f} "
               f"{case.median('rps16'):>17.0f} {case.median('cpu16'):>15.0f} "
               f"{case.median('switches16'):>17.1f}   {'':>17}{inside}")
@@ -416,8 +408,7 @@ def report(cases: dict[str, Case], args) -> None:
     # (case, its floor, what the floor lacks): the device case against echo-wait where it ran
     device_floor = ("echo-wait", 0.0) if "echo-wait" in cases else ("echo-aio", wait_us)
     pairs = [("echo-hop", "echo-aio", 0.0), ("echo-wait", "echo-aio", wait_us),
-             ("instant", "echo-aio", 0.0), ("device", *device_floor),
-             ("device-poll", *device_floor), ("instant-poll", "echo-aio", 0.0)]
+             ("instant", "echo-aio", 0.0), ("device", *device_floor)]
     for name, floor_name, missing in pairs:
         if name not in cases:
             continue
@@ -429,7 +420,7 @@ def report(cases: dict[str, Case], args) -> None:
         # echo-wait's one worker waits for each call in turn: no throughput floor
         throughput = ("" if floor_name == "echo-wait" else
                       f";   16 clients req/s / {floor_name}'s {spread(share, '.2f')}")
-        print(f"  {name:<12} {what:<30} {spread(above, '.0f')} µs;   "
+        print(f"  {name:<9} {what:<30} {spread(above, '.0f')} µs;   "
               f"CPU per request - {floor_name}'s {spread(cpu, '.0f')} µs{throughput}")
 
 

@@ -90,17 +90,6 @@ class ServerSettings:
         "usually a shared node); off: the OS places every thread; or a CPU number.",
         pattern=r"auto|off|[0-9]+", pattern_help="auto, off or a CPU number",
     )
-    busy_poll: str = setting(
-        "auto",
-        "Whether the event loop polls instead of sleeping while batches are on the engine "
-        "and none wait (and 1 ms after), so a finished batch's answer goes out without "
-        "waiting for the loop's CPU to wake (about 450 µs a request on a 2-core virtual "
-        "machine, measured with a 1 ms device stand-in). Costs one busy CPU while the device "
-        "computes; a server between bursts sleeps. "
-        "auto: on for a GPU when this process may use at least 4 CPUs (by its affinity and "
-        "its cgroup's CPU limit); off on CPU, whose model needs the cores.",
-        choices=("auto", "on", "off"),
-    )
     max_batch_tokens: int = setting(
         2048,
         "Token budget of one engine step. Larger batches amortise launch cost until the device "

@@ -45,7 +45,6 @@ SERVER = (
     Knob("maxInflightTokens", ServerSettings, "max_inflight_tokens"),
     Knob("shutdownGraceSeconds", ServerSettings, "shutdown_grace"),
     Knob("hostCpu", ServerSettings, "host_cpu"),
-    Knob("busyPoll", ServerSettings, "busy_poll"),
     Knob("probeIntervalSeconds", ServerSettings, "probe_interval"),
     Knob("probeMinCosine", ServerSettings, "probe_min_cosine"),
     Knob("attentionBackend", GpuSettings, "attention_backend"),

@@ -252,10 +252,8 @@ async def _load(state: ServerState, stop: asyncio.Event, load: Callable[[], Any]
     threads.probe = probe
     scheduler = Scheduler(settings.max_batch_tokens, settings.max_batch_seqs,
                           settings.max_inflight_tokens)
-    busy_poll = affinity.busy_poll(settings.busy_poll, engine.info.device)
-    log.info("%s", fields(event="server.busy_poll", on=busy_poll, setting=settings.busy_poll))
     loop = EmbedLoop(threads, scheduler, state.metrics, on_crash=lambda error: stop.set(),
-                     on_engine_failed=lambda reason: failed.set(), busy_poll=busy_poll)
+                     on_engine_failed=lambda reason: failed.set())
     state.space_field = space_field(state.space.fingerprint)
     state.engine, state.loop, state.engine_thread = engine, loop, threads
     return True

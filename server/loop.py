@@ -8,9 +8,6 @@ an idle server waits for nothing but that hand-off; otherwise its sequences wait
 When the engine thread hands a batch back (once per batch), its rows complete the requests
 that are now whole and the next batch is formed from whatever accumulated meanwhile. At most
 `depth` batches are on the engine: 2 on a GPU (batch N+1 launched while N computes), 1 on CPU.
-With `busy_poll` (a GPU's default where CPUs allow, server/affinity.py), the event loop polls
-while batches are on the engine and none wait in the pool, and 1 ms after
-(hedgerow/busy_poll.py), so the hand-back runs at once; then it sleeps again.
 
 A step the engine thread placed as the engine's fault (server/engine_health.py), or a failed
 periodic probe (`fail_engine`), fails the engine for good: everything admitted fails, nothing
@@ -30,7 +27,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from hedgerow.busy_poll import BusyPoll
 from hedgerow.errors import HedgerowError, InvalidInputError, NotReadyError
 from hedgerow.logs import fields
 from hedgerow.server.engine_thread import EngineThread, StepDone
@@ -74,7 +70,6 @@ class EmbedLoop:
         on_crash: Callable[[BaseException], None] | None = None,
         on_engine_failed: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        busy_poll: bool = False,
     ) -> None:
         self._engine = engine_thread
         self._scheduler = scheduler
@@ -83,11 +78,6 @@ class EmbedLoop:
         self._on_crash = on_crash
         self._on_engine_failed = on_engine_failed
         self._on_engine: set[Batch] = set()  # batches queued on or running in the engine thread
-        # Polls while batches are on the engine and nothing waits in the pool (the loop has
-        # nothing else to do): their hand-back then runs at once.
-        self._poll = BusyPoll(lambda: bool(self._on_engine) and not scheduler.pool_tokens,
-                              lambda: not self._on_engine and not scheduler.pool_tokens,
-                              ) if busy_poll else None
         self._idle = asyncio.Event()
         self._idle.set()
         self._admitting = True
@@ -206,8 +196,6 @@ class EmbedLoop:
             self._metrics.record(self._metrics.batch_tokens.observe, batch.num_tokens)
             self._metrics.record(self._metrics.batch_sequences.observe, batch.num_seqs)
             self._on_engine.add(batch)
-            if self._poll is not None:
-                self._poll.start()
             self._engine.launch(*ragged_arrays(batch),
                                 lambda outcome, batch=batch: self._done(batch, outcome))
         self._settle_idle()

@@ -45,51 +45,6 @@ def test_a_cpu_this_process_may_not_use_is_refused_by_name():
         affinity.plan(str(outside))
 
 
-def cpus_and_limit(monkeypatch, tmp_path, count: int, cpu_max: str | None,
-                   v1: tuple[str, str] | None = None) -> None:
-    """This process may use `count` CPUs, under a cgroup v2 cpu.max of `cpu_max`, or else
-    cgroup v1's (quota, period) files `v1` (None: no such file to read)."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(count)))
-    limit = tmp_path / "cpu.max"
-    if cpu_max is not None:
-        limit.write_text(cpu_max + "\n")
-    monkeypatch.setattr(affinity, "CGROUP_CPU_MAX", str(limit))
-    if v1 is not None:
-        (tmp_path / "cpu.cfs_quota_us").write_text(v1[0] + "\n")
-        (tmp_path / "cpu.cfs_period_us").write_text(v1[1] + "\n")
-    monkeypatch.setattr(affinity, "CGROUP_V1_CPU", str(tmp_path))
-
-
-@pytest.mark.parametrize("count, cpu_max, v1, usable", [
-    (16, None, None, 16), (16, "max 100000", None, 16), (16, "250000 100000", None, 2.5),
-    (2, "800000 100000", None, 2), (16, "garbled", None, 16),
-    (16, None, ("300000", "100000"), 3), (16, None, ("-1", "100000"), 16),
-])
-def test_the_usable_cpus_are_the_affinity_bounded_by_the_cgroup_limit(
-        monkeypatch, tmp_path, count, cpu_max, v1, usable):
-    cpus_and_limit(monkeypatch, tmp_path, count, cpu_max, v1)
-    assert affinity.usable_cpus() == usable
-
-
-@pytest.mark.parametrize("count, cpu_max, device, expected", [
-    (16, None, "cuda", True), (16, None, "cuda:1", True), (4, None, "cuda", True),
-    (3, None, "cuda", False),                  # a CPU for the poll would leave two
-    (16, "300000 100000", "cuda", False),      # a pod limited to 3 CPUs on a large node
-    (16, None, "cpu", False),                  # a CPU model needs every core
-])
-def test_auto_busy_polls_for_a_gpu_with_cpus_to_spare(monkeypatch, tmp_path, count, cpu_max,
-                                                      device, expected):
-    cpus_and_limit(monkeypatch, tmp_path, count, cpu_max)
-    assert affinity.busy_poll("auto", device) is expected
-
-
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_on_and_off_busy_poll_as_asked(monkeypatch, tmp_path, device):
-    cpus_and_limit(monkeypatch, tmp_path, 1, None)
-    assert affinity.busy_poll("on", device) is True
-    assert affinity.busy_poll("off", device) is False
-
-
 def test_a_refused_pin_leaves_the_thread_where_it_was_and_says_so(monkeypatch, caplog):
     def refuse(pid, cpus):
         raise PermissionError(1, "Operation not permitted")

@@ -118,68 +118,12 @@ async def until(condition, timeout: float = 10.0) -> None:
 
 
 def make_loop(engine, *, tokens=4, seqs=8, inflight=1000, clock=None, depth=2,
-              handoff_grace=0.5e-3, busy_poll=False) -> EmbedLoop:
+              handoff_grace=0.5e-3) -> EmbedLoop:
     threads = EngineThread(depth=depth, handoff_grace=handoff_grace)
     threads.engine = engine
     scheduler = Scheduler(tokens, seqs, inflight)
     kwargs = {"clock": clock} if clock else {}
-    return EmbedLoop(threads, scheduler, ServerMetrics(), busy_poll=busy_poll, **kwargs)
-
-
-@pytest.mark.parametrize("busy_poll", [True, False])
-def test_busy_poll_keeps_the_loop_polling_only_while_a_batch_is_on_the_engine(busy_poll):
-    """With busy_poll one task keeps the event loop from sleeping while the device computes,
-    so the hand-back runs at once, and ends with the last batch back: an idle server sleeps.
-    Without it the loop runs no task of its own."""
-    async def main():
-        engine = DeviceLikeEngine()
-        engine.open.clear()                                # A's step waits until B is queued
-        loop = make_loop(engine, tokens=4, handoff_grace=30.0, busy_poll=busy_poll)
-        before = asyncio.all_tasks()
-        a = submit(loop, [seq(10, 1, 1, 1)], None)
-        b = submit(loop, [seq(20, 2)], None)
-        polling = asyncio.all_tasks() - before
-        engine.open.set()
-        await until(lambda: len(engine.results) == 2)
-        await asyncio.sleep(0.02)                          # the device still computes
-        still_polling = asyncio.all_tasks() - before
-        engine.results[0].release()
-        rows_a = await loop.result(a)
-        engine.release_all()
-        rows_b = await loop.result(b)
-        await until(lambda: asyncio.all_tasks() == before)
-        await loop.close()
-        return polling, still_polling, rows_a, rows_b
-
-    polling, still_polling, rows_a, rows_b = run(main)
-    assert len(polling) == len(still_polling) == (1 if busy_poll else 0)
-    assert polling == still_polling                    # one poller for both batches
-    assert rows_a.tolist() == [[10.0] * WIDTH] and rows_b.tolist() == [[20.0] * WIDTH]
-
-
-def test_busy_poll_stops_while_requests_wait_in_the_pool():
-    """A request waiting in the pool gives the loop work of its own: the poll ends at once,
-    and starts again once the pool is empty with a batch on the engine."""
-    async def main():
-        engine = DeviceLikeEngine()
-        loop = make_loop(engine, tokens=4, depth=1, busy_poll=True)
-        before = asyncio.all_tasks()
-        a = submit(loop, [seq(10, 1, 1, 1)], None)
-        b = submit(loop, [seq(20, 2, 2, 2)], None)       # one batch at a time: b waits
-        await until(lambda: len(engine.results) == 1)
-        await until(lambda: asyncio.all_tasks() == before)
-        engine.results[0].release()
-        rows_a = await loop.result(a)
-        await until(lambda: len(engine.results) == 2)    # b on the engine, the pool empty
-        polling_again = asyncio.all_tasks() - before
-        engine.release_all()
-        rows_b = await loop.result(b)
-        await loop.close()
-        return polling_again, rows_a, rows_b
-
-    polling_again, rows_a, rows_b = run(main)
-    assert len(polling_again) == 1
-    assert rows_a.tolist() == [[10.0] * WIDTH] and rows_b.tolist() == [[20.0] * WIDTH]
+    return EmbedLoop(threads, scheduler, ServerMetrics(), **kwargs)
 
 
 def test_batch_n_plus_1_is_launched_while_batch_n_is_pending():
