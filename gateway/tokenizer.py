@@ -23,7 +23,9 @@ from tokenizers import Tokenizer
 
 from hedgerow.errors import ModelLoadError
 from hedgerow.gateway.errors import RequestError
+from hedgerow.gateway.text_pieces import TextPieces
 from hedgerow.reranker_prompt import SUFFIX, document_part, query_part
+from hedgerow.space import probe_texts
 
 # Requests with at most this many characters in all are tokenized on the event loop: tens of
 # microseconds, less than handing them to a thread.
@@ -115,6 +117,7 @@ class TextTokenizer:
             self._plain = self._untruncated(self._json)
         except Exception as error:  # OSError, or the bare Exception tokenizers raises on bad JSON
             raise ModelLoadError(f"{path}: cannot load the tokenizer ({error})") from error
+        self._pieces = TextPieces(self._plain, probe_texts())
         self._truncating: dict[int, Tokenizer] = {}
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -147,10 +150,13 @@ class TextTokenizer:
         """Tokenize `texts` (with `template` prepended) in this thread; see `encode`."""
         if template:
             texts = [template + text for text in texts]
-        tokenizer = self._truncating_tokenizer(max_tokens) if truncate else self._plain
         # encode_batch_fast even for one text: it skips the offsets, a third of the time on a
         # long text, and releases the GIL, which `encode` holds for the whole text.
-        ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
+        if truncate:
+            tokenizer = self._truncating_tokenizer(max_tokens)
+            ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts)]
+        else:  # a long text in pieces, in parallel (gateway/text_pieces.py)
+            ids = self._pieces.encode(texts)
         sequences = Sequences.from_lists(ids)
         if not truncate:
             first = next((i for i, n in enumerate(sequences.lengths) if n > max_tokens), None)

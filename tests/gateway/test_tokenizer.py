@@ -39,6 +39,20 @@ def test_ids_match_the_tokenizer_without_padding_or_its_truncation(tokenizer, de
     assert sequences.input_ids.typecode == "i" and sequences.input_ids.itemsize == 4
 
 
+def test_a_long_text_tokenized_in_pieces_has_the_reference_ids(tokenizer, default_model_dir):
+    """A text over 2 x PIECE_CHARS is cut and its pieces tokenized in parallel
+    (gateway/text_pieces.py); templated or not, alone or beside short ones, the ids are the
+    whole text's."""
+    reference = Tokenizer.from_file(str(default_model_dir / "tokenizer.json"))
+    reference.no_padding()
+    reference.no_truncation()
+    long = "Hedgerows shelter wrens, robins and 12 kinds of bramble. " * 60
+    for texts, template in (([long], ""), ([long, "short one", long[:1500]], "query: ")):
+        sequences = encode(tokenizer, texts, template=template, max_tokens=4096)
+        for i, text in enumerate(texts):
+            assert sequences.sequence(i).tolist() == reference.encode(template + text).ids
+
+
 def test_a_template_is_prepended_before_tokenizing(tokenizer):
     plain = encode(tokenizer, ["query: what is a hedgerow"])
     templated = encode(tokenizer, ["what is a hedgerow"], template="query: ")
