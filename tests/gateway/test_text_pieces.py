@@ -5,6 +5,8 @@ available offline; these have the same pipelines: ByteLevel regex pre-tokenizer,
 with NFKC and the collapsing of repeated spaces)."""
 
 import random
+import subprocess
+import sys
 
 import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
@@ -112,3 +114,24 @@ def test_piece_count_grows_with_length_up_to_the_cap():
     assert piece_count("a" * (2 * PIECE_CHARS + 1)) == 2
     assert piece_count("a" * (5 * PIECE_CHARS)) == 5
     assert piece_count("a" * (100 * PIECE_CHARS)) == MAX_PIECES
+
+
+def test_the_load_check_leaves_the_tokenizers_threads_to_forked_workers(subprocess_env):
+    """The gateway's parent loads the tokenizer (and runs the check) before it forks its
+    workers. `tokenizers` turns its threads off in a child forked after they ran, which would
+    leave every piece on one thread; so the check runs on one thread, and a worker's pieces
+    start the tokenizer's threads (counted in /proc: Linux)."""
+    script = (
+        "import os\n"
+        "from hedgerow.defaults import default_model_path\n"
+        "from hedgerow.gateway.tokenizer import TextTokenizer\n"
+        "TextTokenizer(default_model_path(), threads=1).close()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    worker = TextTokenizer(default_model_path(), threads=1)\n"
+        "    worker.encode_sync(['the hedge ' * 500], '', 4096, False)\n"
+        "    os._exit(0 if len(os.listdir('/proc/self/task')) > 1 else 3)\n"
+        "assert os.waitpid(pid, 0)[1] == 0, 'the worker tokenized on one thread'\n")
+    done = subprocess.run([sys.executable, "-P", "-c", script], env=subprocess_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
