@@ -15,7 +15,8 @@ model: zeros, 1024 wide), answering MS ms after a request reaches its engine: at
 gateway's own cost shows without the model's time and noise; at about the model's step time
 (10) the same cost shows after the gateway has waited idle that long, as it does in front of
 the real model. Then measures:
-  1. added latency, for a short query (about 10 tokens) and a long one (about 200): each is sent
+  1. added latency, for a short query (about 10 tokens) and a long one (about 200, or as
+     `--long-words` says): each is sent
      `--requests` times each way per round, alternating request by request so drift hits both
      paths alike: straight to the server over gRPC (a sync grpc client, token ids already made)
      and through the gateway over HTTP (a keep-alive socket writing the request and reading the
@@ -55,7 +56,12 @@ from hedgerow.gateway.tokenizer import TextTokenizer
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 
 SHORT = "what do hedgerows shelter?"
-LONG = " ".join(["hawthorn blackthorn hazel field margin wren robin bramble"] * 18)
+PHRASE = "hawthorn blackthorn hazel field margin wren robin bramble".split()
+
+
+def long_query(words: int) -> str:
+    """The long query: PHRASE's words repeated to `words` words (144: about 200 tokens)."""
+    return " ".join(PHRASE[i % len(PHRASE)] for i in range(words))
 WORDS = ("hawthorn blackthorn hazel field margin wren robin bramble ditch bank lane oak ash "
          "elder holly rose ivy meadow sheep wall gate stile badger hedgehog").split()
 
@@ -196,6 +202,9 @@ def main() -> int:
                         help="requests each way, per text and round")
     parser.add_argument("--rounds", type=at_least(1), default=3)
     parser.add_argument("--texts", type=at_least(1), default=20000)
+    parser.add_argument("--long-words", type=at_least(1), default=144, metavar="N",
+                        help="words in the long query (144: about 200 tokens; 440: about 600, "
+                             "which the gateway tokenizes in pieces)")
     parser.add_argument("--batch", type=at_least(1), default=256)
     parser.add_argument("--server", help="a running server's gRPC host:port")
     parser.add_argument("--gateway", help="a running gateway's URL in front of --server")
@@ -223,6 +232,7 @@ def main() -> int:
 
     tokenizer = TextTokenizer(default_model_path(), threads=1)
     children = []
+    long = long_query(args.long_words)
     try:
         server, gateway = args.server, args.gateway
         if not (server and gateway):
@@ -241,10 +251,10 @@ def main() -> int:
             wait("gateway", children[-1], lambda: ready(gateway))
         gateways = [gateway, *([args.versus] if args.versus else [])]
         results = [paired(server, gateways, tokenizer, text, args.requests, args.rounds)
-                   for text in (SHORT, LONG)]
+                   for text in (SHORT, long)]
         texts_s, tokens_s, tokens = tokenization(tokenizer, args.texts, args.batch)
         alone = {(text, pause): one_text(tokenizer, text, pause)
-                 for text in (SHORT, LONG) for pause in (0.0, 0.01)}
+                 for text in (SHORT, long) for pause in (0.0, 0.01)}
     finally:
         for child in reversed(children):
             stop(child)
@@ -279,7 +289,7 @@ def main() -> int:
     print(f"| texts/s | tokens/s |\n| ---: | ---: |\n| {texts_s:,.0f} | {tokens_s:,.0f} |")
     print("\nOne text alone, p50 µs: back to back, and each after a 10 ms sleep\n")
     print("| query | back to back | after 10 ms idle |\n| --- | ---: | ---: |")
-    for result, text in zip(results, (SHORT, LONG)):
+    for result, text in zip(results, (SHORT, long)):
         print(f"| {result['tokens']} tokens | {alone[text, 0.0]:.0f} | {alone[text, 0.01]:.0f} |")
     return 0
 
