@@ -96,6 +96,16 @@ def test_a_tokenizer_whose_pieces_differ_is_never_cut():
     assert cut.encode([text]) == [[0]]
 
 
+def test_a_tokenizer_with_an_added_token_across_a_cut_is_never_cut():
+    tokenizer = packaged()
+    assert TextPieces(tokenizer, probe_texts()).mode is not None
+    tokenizer.add_tokens(["hedge row"])
+    cut = TextPieces(tokenizer, probe_texts())
+    assert cut.mode is None
+    text = "the hedge row " * 300
+    assert cut.encode([text]) == [tokenizer.encode(text).ids]
+
+
 def test_cuts_fall_on_single_spaces_between_ascii_letters_or_digits():
     text = "alpha beta  gamma\tdelta é ü 東京 9 8 " + "x y " * 600
     for mode in ("keep", "drop"):
