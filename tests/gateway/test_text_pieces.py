@@ -4,6 +4,7 @@ tokenizers trained here on a small corpus (the real BGE-M3 and Qwen3 tokenizer f
 available offline; these have the same pipelines: ByteLevel regex pre-tokenizer, NFC; Metaspace
 with NFKC and the collapsing of repeated spaces)."""
 
+import os
 import random
 import subprocess
 import sys
@@ -27,6 +28,13 @@ def random_text(rng: random.Random, chars: int) -> str:
     while sum(map(len, parts)) < chars:
         parts += [rng.choice(WORDS), rng.choice(SEPARATORS)]
     return "".join(parts)
+
+
+@pytest.fixture(autouse=True)
+def tokenizer_threads(monkeypatch):
+    """Cutting needs the tokenizer's threads; these tests check the ids, on any machine."""
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
 
 
 def plain(tokenizer: Tokenizer) -> Tokenizer:
@@ -106,6 +114,18 @@ def test_a_tokenizer_with_an_added_token_across_a_cut_is_never_cut():
     assert cut.encode([text]) == [tokenizer.encode(text).ids]
 
 
+@pytest.mark.parametrize("setting", ["false", "0", "OFF", ""])
+def test_nothing_is_cut_where_the_tokenizers_threads_are_turned_off(monkeypatch, setting):
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
+    assert TextPieces(packaged(), probe_texts()).mode is None
+
+
+def test_nothing_is_cut_on_one_cpu(monkeypatch):
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert TextPieces(packaged(), probe_texts()).mode is None
+
+
 def test_cuts_fall_on_single_spaces_between_ascii_letters_or_digits():
     text = "alpha beta  gamma\tdelta é ü 東京 9 8 " + "x y " * 600
     for mode in ("keep", "drop"):
@@ -126,6 +146,7 @@ def test_piece_count_grows_with_length_up_to_the_cap():
     assert piece_count("a" * (100 * PIECE_CHARS)) == MAX_PIECES
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the tokenizer's threads need 2 CPUs")
 def test_the_load_check_leaves_the_tokenizers_threads_to_forked_workers(subprocess_env):
     """The gateway's parent loads the tokenizer (and runs the check) before it forks its
     workers. `tokenizers` turns its threads off in a child forked after they ran, which would
@@ -142,6 +163,7 @@ def test_the_load_check_leaves_the_tokenizers_threads_to_forked_workers(subproce
         "    worker.encode_sync(['the hedge ' * 500], '', 4096, False)\n"
         "    os._exit(0 if len(os.listdir('/proc/self/task')) > 1 else 3)\n"
         "assert os.waitpid(pid, 0)[1] == 0, 'the worker tokenized on one thread'\n")
-    done = subprocess.run([sys.executable, "-P", "-c", script], env=subprocess_env,
+    env = {k: v for k, v in subprocess_env.items() if k != "TOKENIZERS_PARALLELISM"}
+    done = subprocess.run([sys.executable, "-P", "-c", script], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
