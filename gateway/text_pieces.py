@@ -5,16 +5,17 @@
 text of more than 2 × PIECE_CHARS characters is cut into pieces of at least PIECE_CHARS (at most
 MAX_PIECES), each cut at a single space between two ASCII letters or digits: a boundary that
 BERT's whitespace split, SentencePiece's metaspace and byte-level BPE's regex all keep, and
-where no normalizer joins its neighbours. `encode_batch_fast` runs the pieces in parallel
-(releasing the GIL), and their ids are joined and given the special tokens as the whole text's
-would be (`Encoding.merge`, then the tokenizer's `post_process`).
+where the common normalizers work character by character. `encode_batch_fast` runs the pieces
+in parallel (releasing the GIL), and their ids are joined and given the special tokens as the
+whole text's would be (`Encoding.merge`, then the tokenizer's `post_process`).
 
 Whether a piece starts at its cut's space ("keep": byte-level BPE gives the space to the next
 word) or after it ("drop") is chosen at load by a check: every cut of every probe text, and the
 probe texts joined and cut into MAX_PIECES, must give the whole text's ids. A tokenizer that
-passes neither way is never cut, and neither is one with an added token that holds such a
-space, nor any where the tokenizer's threads cannot run side by side (`parallel()`). What the check cannot see is a normalizer rule that rewrites a phrase across a space
-and that no probe text contains; the tokenizers of the common embedding models have none.
+passes neither way is never cut; nor is one with an added token that holds such a space, nor
+any where the tokenizer's threads cannot run side by side (`parallel()`). What the check cannot
+see is a normalizer rule that rewrites a phrase across a space and that no probe text
+contains; the tokenizers of the common embedding models have none.
 """
 
 import os
