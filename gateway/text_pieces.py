@@ -37,8 +37,8 @@ def parallel() -> bool:
     than one CPU, and TOKENIZERS_PARALLELISM does not turn them off. On one thread the pieces
     cost about a fifth more than the whole text."""
     setting = os.environ.get("TOKENIZERS_PARALLELISM")
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (setting is None or setting.lower() not in PARALLELISM_OFF) and (cpus or 1) > 1
+    return ((setting is None or setting.lower() not in PARALLELISM_OFF)
+            and len(os.sched_getaffinity(0)) > 1)
 
 
 def pieces(text: str, mode: str, count: int) -> list[str]:
@@ -80,10 +80,10 @@ class TextPieces:
             return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts)]
         return self._joined(cut)
 
-    def _joined(self, texts: list[list[str]], parallel: bool = True) -> list[list[int]]:
-        """Each text's ids from its pieces."""
+    def _joined(self, texts: list[list[str]], threaded: bool = True) -> list[list[int]]:
+        """Each text's ids from its pieces (on the tokenizer's threads, or on this one)."""
         cut = [part for parts in texts for part in parts]
-        encodings = (self._tokenizer.encode_batch_fast(cut, add_special_tokens=False) if parallel
+        encodings = (self._tokenizer.encode_batch_fast(cut, add_special_tokens=False) if threaded
                      else [self._tokenizer.encode(part, add_special_tokens=False) for part in cut])
         ids, start = [], 0
         for parts in texts:
@@ -106,5 +106,5 @@ class TextPieces:
             for found in _CUT.finditer(probe):
                 at = found.start() if mode == "keep" else found.end()
                 cases.append((probe, [probe[:found.start()], probe[at:]]))
-        cut = self._joined([parts for _, parts in cases], parallel=False)
+        cut = self._joined([parts for _, parts in cases], threaded=False)
         return all(self._tokenizer.encode(text).ids == ids for (text, _), ids in zip(cases, cut))
