@@ -22,7 +22,7 @@ benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
    through `hedgerow gateway` over HTTP with tokenization. First every batch shape that 16
    concurrent requests can form goes through twice (`--no-shape-warmup` skips it), so the
    phases see captured graphs, as the seed's 10,000 requests a cell mostly did; a third table
-   counts the eager steps each phase still ran.
+   counts the eager steps each phase still ran and names the batch shapes first seen in it.
 6. Chart 5, reranking (cross-encoder shapes only, which run no other chart): one query and
    100 documents a request, pairs of 128 and 512 tokens, pre-tokenized, sequential Rerank calls;
    p50/p99 and pairs per second. Its gate holds the server's scores to `transformers` float32
@@ -173,12 +173,14 @@ def timed_loop(call, requests, warmup: int, on_start=None) -> list[float]:
 # -- where a sequential request's time goes, from the server's own counters --------------------
 
 SERVER_HISTOGRAMS = ("request", "queue", "step")  # hedgerow_server_<name>_seconds
+ENGINE_COUNTERS = ("replays", "eager_runs", "eager_past_grid")  # GET /warmup
 
 
 def server_counters(http_port: int) -> dict:
     """The server's running totals: the sum and count of its request, queue and step
-    histograms (GET /metrics; docs/server.md has their definitions), and the graph replays and
-    eager steps of its engine (GET /warmup; absent on CPU)."""
+    histograms (GET /metrics; docs/server.md has their definitions), and the graph replays,
+    eager steps (those past the grid apart) and configurations seen of its engine (GET
+    /warmup; absent on CPU)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
@@ -196,20 +198,25 @@ def server_counters(http_port: int) -> dict:
                 prefix = f"hedgerow_server_{name}_seconds"
                 if sample.name in (f"{prefix}_sum", f"{prefix}_count"):
                     totals[f"{name}_{sample.name.rsplit('_', 1)[1]}"] = sample.value
-    return totals | {key: report[key] for key in ("replays", "eager_runs") if key in report}
+    if "attention" in report:  # a configuration's attention choice is made when first seen
+        totals["configs"] = set(report["attention"])
+    return totals | {key: report[key] for key in ENGINE_COUNTERS if key in report}
 
 
 def server_breakdown(before: dict, after: dict) -> dict:
     """Per request between two server_counters(): the server's mean request, queue and step
-    ms; in all, the requests it answered and its graph replays and eager steps."""
+    ms; in all, the requests it answered, its graph replays and eager steps, and the
+    configurations (batch shapes) first seen between them, which ran eagerly."""
     out = {"server_requests": int(after["request_count"] - before["request_count"])}
     for name in SERVER_HISTOGRAMS:
         count = after[f"{name}_count"] - before[f"{name}_count"]
         if count:
             out[f"server_{name}_ms"] = (after[f"{name}_sum"] - before[f"{name}_sum"]) / count * 1e3
-    for key in ("replays", "eager_runs"):
+    for key in ENGINE_COUNTERS:
         if key in after:
             out[key] = after[key] - before[key]
+    if "configs" in after:
+        out["first_seen"] = sorted(after["configs"] - before["configs"])
     return out
 
 
@@ -584,14 +591,17 @@ def breakdown_table(results: list) -> str:
 
 def engine_table(results: list) -> str:
     """Chart 4 per phase: the requests the server answered (the clients' untimed first ten
-    included) and how its engine ran them, so one-time captures in a tail are seen."""
+    included) and how its engine ran them, so one-time captures in a tail are seen: the
+    eager steps, those past the graph grid, and the batch shapes first seen in the phase
+    (sequence slots x tokens, `u`: uniform)."""
     rows = [r for r in results if r["chart"] == "chart4" and "server_requests" in r]
     lines = ["| model | clients | p50 ms | p99 ms | server requests | graph replays | "
-             "eager steps |", "|" + " --- |" * 7]
+             "eager steps | past the grid | first seen |", "|" + " --- |" * 9]
     for r in rows:
         lines.append(f"| {r['model']} | {r['x']} | {r['p50']:.2f} | {r['p99']:.2f} | "
                      f"{r['server_requests']} | {r.get('replays', '')} | "
-                     f"{r.get('eager_runs', '')} |")
+                     f"{r.get('eager_runs', '')} | {r.get('eager_past_grid', '')} | "
+                     f"{' '.join(r.get('first_seen', []))} |")
     return "\n".join(lines) if rows else ""
 
 
