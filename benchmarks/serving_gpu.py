@@ -22,7 +22,8 @@ benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
    through `hedgerow gateway` over HTTP with tokenization. First every batch shape that 16
    concurrent requests can form goes through twice (`--no-shape-warmup` skips it), so the
    phases see captured graphs, as the seed's 10,000 requests a cell mostly did; a third table
-   counts the eager steps each phase still ran and names the batch shapes first seen in it.
+   counts the eager steps each phase still ran and names the batch shapes first seen in it;
+   the gateway's counters (GET /metrics) split each phase's mean like chart 1's.
 6. Chart 5, reranking (cross-encoder shapes only, which run no other chart): one query and
    100 documents a request, pairs of 128 and 512 tokens, pre-tokenized, sequential Rerank calls;
    p50/p99 and pairs per second. Its gate holds the server's scores to `transformers` float32
@@ -218,6 +219,36 @@ def server_breakdown(before: dict, after: dict) -> dict:
     if "configs" in after:
         out["first_seen"] = sorted(after["configs"] - before["configs"])
     return out
+
+
+# hedgerow_gateway_<name>_seconds (docs/gateway.md): the embeddings route's time in the gateway
+# (admission to answer, the server's included) and the tokenizer's, per request.
+GATEWAY_HISTOGRAMS = {"request": {"route": "/v1/embeddings", "status": "200"}, "tokenize": {}}
+
+
+def gateway_breakdown(gw_port: int, before: dict | None = None) -> dict:
+    """The gateway's running sums and counts (GET /metrics, every worker's); given the totals
+    of an earlier call, its mean request and tokenize ms between the two instead."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    conn = http.client.HTTPConnection("127.0.0.1", gw_port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        metrics = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    totals = dict.fromkeys((f"{n}_{k}" for n in GATEWAY_HISTOGRAMS for k in ("sum", "count")), 0.0)
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            for name, labels in GATEWAY_HISTOGRAMS.items():
+                kind = sample.name.removeprefix(f"hedgerow_gateway_{name}_seconds_")
+                if kind in ("sum", "count") and labels.items() <= sample.labels.items():
+                    totals[f"{name}_{kind}"] += sample.value
+    if before is None:
+        return totals
+    return {f"gateway_{name}_ms": (totals[f"{name}_sum"] - before[f"{name}_sum"])
+            / (totals[f"{name}_count"] - before[f"{name}_count"]) * 1e3
+            for name in GATEWAY_HISTOGRAMS if totals[f"{name}_count"] > before[f"{name}_count"]}
 
 
 # -- concurrent clients (separate processes, so the client's GIL is not what we measure) ------
@@ -513,10 +544,11 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
             texts = [texts_of_tokens(words, args.text_tokens, 8, 1000 * c) for c in range(clients)]
             jobs = [(gw_port, [t[i % 8] for i in range(per_client + 10)], name, 10)
                     for t in texts]
-            before = server_counters(http_port)
+            before, gw_before = server_counters(http_port), gateway_breakdown(gw_port)
             with ctx.Pool(clients) as pool:
                 latencies = [ms for times in pool.map(_http_worker, jobs) for ms in times]
-            server_side = server_breakdown(before, server_counters(http_port))
+            server_side = (server_breakdown(before, server_counters(http_port))
+                           | gateway_breakdown(gw_port, gw_before))
             base = None
             if clients == 1:
                 from tokenizers import Tokenizer
@@ -587,6 +619,22 @@ def breakdown_table(results: list) -> str:
                      f"{r['mean'] - inside:.3f} | {r.get('replays', '')} | "
                      f"{r.get('eager_runs', '')} |")
     return "\n".join(lines)
+
+
+def gateway_table(results: list) -> str:
+    """Chart 4's means split by the gateway's and the server's counters: in the gateway
+    (tokenizing, the server, and the rest: JSON, routing, the gRPC hop), and outside it, the
+    client and HTTP. Means over every request of the phase, the clients' first ten included."""
+    rows = [r for r in results if r["chart"] == "chart4" and "gateway_request_ms" in r]
+    lines = ["| model | clients | client mean ms | in the gateway | tokenizing | in the server | "
+             "gateway, rest | client and HTTP |", "|" + " --- |" * 8]
+    for r in rows:
+        inside, tokenize = r["gateway_request_ms"], r.get("gateway_tokenize_ms", 0.0)
+        server = r.get("server_request_ms", 0.0)
+        lines.append(f"| {r['model']} | {r['x']} | {r['mean']:.3f} | {inside:.3f} | "
+                     f"{tokenize:.3f} | {server:.3f} | {inside - tokenize - server:.3f} | "
+                     f"{r['mean'] - inside:.3f} |")
+    return "\n".join(lines) if rows else ""
 
 
 def engine_table(results: list) -> str:
@@ -727,6 +775,9 @@ def main(argv=None) -> int:
     breakdown = breakdown_table(results)
     if breakdown:
         print("\nChart 1, where a request's mean goes (ms):\n" + breakdown, flush=True)
+    gateway = gateway_table(results)
+    if gateway:
+        print("\nChart 4, where a request's mean goes (ms):\n" + gateway, flush=True)
     engine = engine_table(results)
     if engine:
         print("\nChart 4, the server during each phase:\n" + engine, flush=True)

@@ -32,9 +32,13 @@ def test_serving_benchmark_smoke_runs_every_chart(tmp_path, subprocess_env):
         assert 0 < row["server_step_ms"] <= row["server_request_ms"] < row["mean"], row
         assert 0 <= row["server_queue_ms"] < row["server_request_ms"], row
     assert "Chart 1, where a request's mean goes (ms):" in done.stdout
-    # chart 4's phases, counted by the server: each client's untimed first ten and its timed ones
+    # chart 4's phases, counted by the server: each client's untimed first ten and its timed
+    # ones; the gateway's time holds the tokenizer's and the server's
     for row in (row for row in rows if row["chart"] == "chart4"):
         assert row["server_requests"] == row["requests"] + 10 * row["x"], row
+        assert 0 < row["gateway_tokenize_ms"] < row["gateway_request_ms"], row
+        assert row["server_request_ms"] < row["gateway_request_ms"], row
+    assert "Chart 4, where a request's mean goes (ms):" in done.stdout
     assert "Chart 4, the server during each phase:" in done.stdout
     assert "warming the batch shapes of up to 2 concurrent requests" in done.stdout
     for chart in ("chart1", "chart2", "chart3", "chart4"):
