@@ -20,7 +20,8 @@ benchmarks/models.py, or a real model directory with --model-dir NAME=PATH):
    512/1024/4096 tokens; embeddings per second.
 5. Chart 4, concurrency: 512-token texts, batch 1, 1/2/4/8/16 concurrent client processes,
    through `hedgerow gateway` over HTTP with tokenization. First every batch shape that 16
-   concurrent requests can form goes through twice (`--no-shape-warmup` skips it), so the
+   concurrent requests can form goes through twice, straight to the server (the gateway would
+   cut a request of many texts into chunks; `--no-shape-warmup` skips it), so the
    phases see captured graphs, as the seed's 10,000 requests a cell mostly did; a third table
    counts the eager steps each phase still ran and names the batch shapes first seen in it;
    the gateway's counters (GET /metrics) split each phase's mean like chart 1's.
@@ -293,18 +294,17 @@ def _http_worker(args):
     return times
 
 
-def warm_batch_shapes(port: int, texts: list[str], model: str) -> None:
-    """Twice each, one request of the first k texts for k = 1 .. len(texts): the batches that
-    up to len(texts) concurrent one-text requests form, so each is captured (first hit eager,
-    second captures) before the timed phases, as in the seed's 10,000-request runs, where
-    these one-time costs fall below the p99."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        for k in range(1, len(texts) + 1):
-            for _ in range(2):
-                post_embeddings(conn, json.dumps({"input": texts[:k], "model": model}))
-    finally:
-        conn.close()
+def warm_batch_shapes(client: GrpcClient, count: int, length: int, vocab: int) -> None:
+    """Twice each, one request of k sequences of `length` tokens for k = 1 .. count, straight
+    to the server: the batches that up to `count` concurrent one-text requests form, so each is
+    captured (first hit eager, second captures) before the timed phases, as in the seed's
+    10,000-request runs, where these one-time costs fall below the p99. Not through the
+    gateway: it cuts a request into chunks of --chunk-tokens (2,048 by default), which reach
+    the server as batches of other shapes."""
+    for k in range(1, count + 1):
+        request = client.request(random_sequences(k, length, vocab, 99 + k))
+        for _ in range(2):
+            client.embed(request)
 
 
 # -- baseline ---------------------------------------------------------------------------------
@@ -537,8 +537,7 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
         if args.shape_warmup:
             log(f"{name}: chart 4, warming the batch shapes of up to "
                 f"{max(args.concurrency)} concurrent requests")
-            warm_batch_shapes(gw_port, texts_of_tokens(words, args.text_tokens,
-                                                       max(args.concurrency), 99), name)
+            warm_batch_shapes(client, max(args.concurrency), args.text_tokens, vocab)
         for clients in args.concurrency:
             per_client = max(args.requests // clients, 10 if args.smoke else 100)
             texts = [texts_of_tokens(words, args.text_tokens, 8, 1000 * c) for c in range(clients)]
