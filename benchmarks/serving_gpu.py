@@ -176,6 +176,40 @@ def timed_loop(call, requests, warmup: int, on_start=None) -> list[float]:
 
 SERVER_HISTOGRAMS = ("request", "queue", "step")  # hedgerow_server_<name>_seconds
 ENGINE_COUNTERS = ("replays", "eager_runs", "eager_past_grid")  # GET /warmup
+# hedgerow_gateway_<name>_seconds (docs/gateway.md) and the labels of the series wanted: the
+# embeddings route's time in the gateway (the server's included) and the tokenizer's.
+GATEWAY_HISTOGRAMS = {"request": {"route": "/v1/embeddings", "status": "200"}, "tokenize": {}}
+
+
+def _get(port: int, path: str) -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().read()
+    finally:
+        conn.close()
+
+
+def histogram_totals(port: int, prefix: str, histograms: dict[str, dict]) -> dict:
+    """`{name}_sum` and `{name}_count` of each histogram `{prefix}_{name}_seconds` in GET
+    /metrics on `port`, summed over its series that carry the given labels (every worker's)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = dict.fromkeys((f"{n}_{k}" for n in histograms for k in ("sum", "count")), 0.0)
+    for family in text_string_to_metric_families(_get(port, "/metrics").decode()):
+        for sample in family.samples:
+            for name, labels in histograms.items():
+                kind = sample.name.removeprefix(f"{prefix}_{name}_seconds_")
+                if kind in ("sum", "count") and labels.items() <= sample.labels.items():
+                    totals[f"{name}_{kind}"] += sample.value
+    return totals
+
+
+def mean_ms(before: dict, after: dict, names, key: str) -> dict:
+    """`key.format(name)`: the mean ms of histogram `name` between two histogram_totals()."""
+    return {key.format(name): (after[f"{name}_sum"] - before[f"{name}_sum"])
+            / (after[f"{name}_count"] - before[f"{name}_count"]) * 1e3
+            for name in names if after[f"{name}_count"] > before[f"{name}_count"]}
 
 
 def server_counters(http_port: int) -> dict:
@@ -183,23 +217,8 @@ def server_counters(http_port: int) -> dict:
     histograms (GET /metrics; docs/server.md has their definitions), and the graph replays,
     eager steps (those past the grid apart) and configurations seen of its engine (GET
     /warmup; absent on CPU)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
-    try:
-        conn.request("GET", "/metrics")
-        metrics = conn.getresponse().read().decode()
-        conn.request("GET", "/warmup")
-        report = json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
-    totals = {}
-    for family in text_string_to_metric_families(metrics):
-        for sample in family.samples:
-            for name in SERVER_HISTOGRAMS:
-                prefix = f"hedgerow_server_{name}_seconds"
-                if sample.name in (f"{prefix}_sum", f"{prefix}_count"):
-                    totals[f"{name}_{sample.name.rsplit('_', 1)[1]}"] = sample.value
+    totals = histogram_totals(http_port, "hedgerow_server", dict.fromkeys(SERVER_HISTOGRAMS, {}))
+    report = json.loads(_get(http_port, "/warmup"))
     if "attention" in report:  # a configuration's attention choice is made when first seen
         totals["configs"] = set(report["attention"])
     return totals | {key: report[key] for key in ENGINE_COUNTERS if key in report}
@@ -209,11 +228,8 @@ def server_breakdown(before: dict, after: dict) -> dict:
     """Per request between two server_counters(): the server's mean request, queue and step
     ms; in all, the requests it answered, its graph replays and eager steps, and the
     configurations (batch shapes) first seen between them, which ran eagerly."""
-    out = {"server_requests": int(after["request_count"] - before["request_count"])}
-    for name in SERVER_HISTOGRAMS:
-        count = after[f"{name}_count"] - before[f"{name}_count"]
-        if count:
-            out[f"server_{name}_ms"] = (after[f"{name}_sum"] - before[f"{name}_sum"]) / count * 1e3
+    out = {"server_requests": int(after["request_count"] - before["request_count"]),
+           **mean_ms(before, after, SERVER_HISTOGRAMS, "server_{}_ms")}
     for key in ENGINE_COUNTERS:
         if key in after:
             out[key] = after[key] - before[key]
@@ -222,34 +238,9 @@ def server_breakdown(before: dict, after: dict) -> dict:
     return out
 
 
-# hedgerow_gateway_<name>_seconds (docs/gateway.md): the embeddings route's time in the gateway
-# (admission to answer, the server's included) and the tokenizer's, per request.
-GATEWAY_HISTOGRAMS = {"request": {"route": "/v1/embeddings", "status": "200"}, "tokenize": {}}
-
-
-def gateway_breakdown(gw_port: int, before: dict | None = None) -> dict:
-    """The gateway's running sums and counts (GET /metrics, every worker's); given the totals
-    of an earlier call, its mean request and tokenize ms between the two instead."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    conn = http.client.HTTPConnection("127.0.0.1", gw_port, timeout=10)
-    try:
-        conn.request("GET", "/metrics")
-        metrics = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    totals = dict.fromkeys((f"{n}_{k}" for n in GATEWAY_HISTOGRAMS for k in ("sum", "count")), 0.0)
-    for family in text_string_to_metric_families(metrics):
-        for sample in family.samples:
-            for name, labels in GATEWAY_HISTOGRAMS.items():
-                kind = sample.name.removeprefix(f"hedgerow_gateway_{name}_seconds_")
-                if kind in ("sum", "count") and labels.items() <= sample.labels.items():
-                    totals[f"{name}_{kind}"] += sample.value
-    if before is None:
-        return totals
-    return {f"gateway_{name}_ms": (totals[f"{name}_sum"] - before[f"{name}_sum"])
-            / (totals[f"{name}_count"] - before[f"{name}_count"]) * 1e3
-            for name in GATEWAY_HISTOGRAMS if totals[f"{name}_count"] > before[f"{name}_count"]}
+def gateway_counters(gw_port: int) -> dict:
+    """The gateway's running sums and counts of GATEWAY_HISTOGRAMS, over every worker."""
+    return histogram_totals(gw_port, "hedgerow_gateway", GATEWAY_HISTOGRAMS)
 
 
 # -- concurrent clients (separate processes, so the client's GIL is not what we measure) ------
@@ -543,11 +534,12 @@ def bench_model(name: str, directory: Path, args, out: Path, results: list) -> N
             texts = [texts_of_tokens(words, args.text_tokens, 8, 1000 * c) for c in range(clients)]
             jobs = [(gw_port, [t[i % 8] for i in range(per_client + 10)], name, 10)
                     for t in texts]
-            before, gw_before = server_counters(http_port), gateway_breakdown(gw_port)
+            before, gw_before = server_counters(http_port), gateway_counters(gw_port)
             with ctx.Pool(clients) as pool:
                 latencies = [ms for times in pool.map(_http_worker, jobs) for ms in times]
             server_side = (server_breakdown(before, server_counters(http_port))
-                           | gateway_breakdown(gw_port, gw_before))
+                           | mean_ms(gw_before, gateway_counters(gw_port), GATEWAY_HISTOGRAMS,
+                                     "gateway_{}_ms"))
             base = None
             if clients == 1:
                 from tokenizers import Tokenizer
