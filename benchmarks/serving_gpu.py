@@ -109,12 +109,14 @@ def percentile(values, q) -> float:
 # -- processes --------------------------------------------------------------------------------
 
 def http_ready(port: int) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         conn.request("GET", "/readyz")
         return conn.getresponse().status == 200
     except OSError:
         return False
+    finally:
+        conn.close()
 
 
 # -- gRPC client ------------------------------------------------------------------------------
