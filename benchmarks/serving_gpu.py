@@ -279,11 +279,14 @@ def _http_worker(args):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     bodies = [json.dumps({"input": text, "model": model}) for text in texts]
     times = []
-    for i, body in enumerate(bodies):
-        start = time.perf_counter()
-        post_embeddings(conn, body)
-        if i >= warmup:
-            times.append((time.perf_counter() - start) * 1e3)
+    try:
+        for i, body in enumerate(bodies):
+            start = time.perf_counter()
+            post_embeddings(conn, body)
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1e3)
+    finally:
+        conn.close()
     return times
 
 
