@@ -291,6 +291,7 @@ async def cluster(kube_api):
             # A timer that kopf respawned for an event still in flight at the stop outlives
             # its daemon killer, and kopf waits 5 s for such tasks before it cancels them;
             # cancelling the operator cancels them at once.
-            running["loop"].call_soon_threadsafe(running["task"].cancel)
+            with contextlib.suppress(RuntimeError):  # its loop closed just now
+                running["loop"].call_soon_threadsafe(running["task"].cancel)
             await asyncio.to_thread(thread.join, 30)
         assert not thread.is_alive(), "the operator did not stop"
