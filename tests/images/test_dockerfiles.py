@@ -3,7 +3,8 @@ into `make images-test`, which builds and runs the images for real (tools/contai
 
 Tested here: hadolint finds nothing; the build context keeps every package folder and
 drops what no image needs; the gateway's and operator's whole dependency closures hold no
-torch; every requirement an image installs is pinned in constraints.txt.
+torch; every requirement an image installs is pinned in constraints.txt, and what the server's
+FlashAttention 4 and QuACK pull in is pinned in images/kernels-constraints.txt.
 """
 
 import importlib.metadata
@@ -116,3 +117,14 @@ def test_every_image_requirement_is_pinned(extra, tmp_path, requirements_script)
     assert closure - pins == set()
     requirements.write(ROOT / "pyproject.toml", ROOT / "constraints.txt", tmp_path,
                        extra=extra, package=None, provided=sorted(provided))
+
+
+def test_kernel_pins_are_exact_and_apart_from_the_suites(requirements_script):
+    # The server's FA4 and QuACK install with -c both files: every line of the kernels' file an
+    # exact pin, and no package pinned in both (one definition; pip refuses two that differ).
+    lines = (ROOT / "images" / "kernels-constraints.txt").read_text().splitlines()
+    specs = [text for text in (line.split("#", 1)[0].strip() for line in lines) if text]
+    kernel_pins = requirements_script.pinned_names(specs)
+    assert specs and len(kernel_pins) == len(specs), specs
+    suite = (ROOT / "constraints.txt").read_text().splitlines()
+    assert kernel_pins & requirements_script.pinned_names(suite) == set()
