@@ -280,30 +280,30 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
             barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, down_b, x_ptr, g2 + (layer_count - 1) * H,
                   b2 + (layer_count - 1) * H, x_ptr, M, H, eps, pid, programs, 0, BLOCK_H)
-        return
-    for layer in range(layer_count):
-        _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
-                 pid, programs, BM, BN_QKV, BK, 1, False, False, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        if ATTENTION:
-            _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM,
-                       BQ, D, SEQ_BLOCK)
+    else:
+        for layer in range(layer_count):
+            _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
+                     pid, programs, BM, BN_QKV, BK, 1, False, False, TMA)
             barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_attn, attn_lda, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM, BN_O,
-                 BK, SPLIT_O, True, False, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _add_norm(partial_buf, o_b + layer * H, x_ptr, g1 + layer * H, b1 + layer * H, h_buf,
-                  M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_h, H, up_w, layer * FF, up_b + layer * FF, u_buf, M, FF, H, pid, programs,
-                 BM, BN_UP, BK, 1, False, True, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _product(a_u, FF, down_w, layer * H, down_b, partial_buf, M, H, FF, pid, programs, BM,
-                 BN_DOWN, BK, SPLIT_DOWN, True, False, TMA)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-        _add_norm(partial_buf, down_b + layer * H, h_buf, g2 + layer * H, b2 + layer * H, x_ptr,
-                  M, H, eps, pid, programs, SPLIT_DOWN, BLOCK_H)
-        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+            if ATTENTION:
+                _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM,
+                           BQ, D, SEQ_BLOCK)
+                barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+            _product(a_attn, attn_lda, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs,
+                     BM, BN_O, BK, SPLIT_O, True, False, TMA)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+            _add_norm(partial_buf, o_b + layer * H, x_ptr, g1 + layer * H, b1 + layer * H, h_buf,
+                      M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+            _product(a_h, H, up_w, layer * FF, up_b + layer * FF, u_buf, M, FF, H, pid, programs,
+                     BM, BN_UP, BK, 1, False, True, TMA)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+            _product(a_u, FF, down_w, layer * H, down_b, partial_buf, M, H, FF, pid, programs, BM,
+                     BN_DOWN, BK, SPLIT_DOWN, True, False, TMA)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+            _add_norm(partial_buf, down_b + layer * H, h_buf, g2 + layer * H, b2 + layer * H,
+                      x_ptr, M, H, eps, pid, programs, SPLIT_DOWN, BLOCK_H)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
 
 
 def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
