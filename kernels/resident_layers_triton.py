@@ -242,7 +242,7 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
     the attention step is left out and a_attn is the QKV buffer, its first H columns the
     output product's input. With FOLD (BN_O == BN_DOWN, BT tiles or more): `counts` two zeroed
     int32 counters a column tile (the output product's, then the down product's), x_stats and
-    h_stats [H // BN_O, BM, 2] float32, x_stats zeroed."""
+    h_stats [H // BN_O, BM, 2] float32 (the first layer reads none of x_stats' values)."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     barrier = 1
@@ -326,12 +326,15 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     partial = torch.empty(split, bm, hidden, device=x.device, dtype=torch.float32)
     sync = torch.zeros(1, device=x.device, dtype=torch.int32)
     fold = tiles.get("FOLD", False)
-    if fold and tiles["BN_O"] != tiles["BN_DOWN"]:
-        raise ValueError("FOLD needs the output and down products' column tiles equal")
-    column_tiles = hidden // tiles["BN_O"]
-    counts = torch.zeros(2 * column_tiles if fold else 1, device=x.device, dtype=torch.int32)
-    stats = torch.zeros(2, column_tiles if fold else 1, bm, 2, device=x.device,
-                        dtype=torch.float32)
+    if fold:
+        if tiles["BN_O"] != tiles["BN_DOWN"]:
+            raise ValueError("FOLD needs the output and down products' column tiles equal")
+        column_tiles = hidden // tiles["BN_O"]
+        counts = torch.zeros(2 * column_tiles, device=x.device, dtype=torch.int32)
+        x_stats, h_stats = torch.empty(2, column_tiles, bm, 2, device=x.device,
+                                       dtype=torch.float32)
+    else:  # unread: nothing allocated (or zeroed in a captured graph) for them
+        column_tiles, counts, x_stats, h_stats = 1, sync, partial, partial
     attention = tiles.get("ATTENTION", True)
     a = dict(x=y[:m], attn=attn[:m] if attention else qkv[:m], h=h[:m], u=u[:m])
     weights = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
@@ -346,7 +349,7 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
         y, a["x"], cu_seqlens, seqs, weights["qkv_w"], w["qkv_b"], weights["o_w"], w["o_b"],
         w["g1"], w["b1"], weights["up_w"], w["up_b"], weights["down_w"], w["down_b"], w["g2"],
         w["b2"], qkv, attn, a["attn"], hidden if attention else 3 * hidden, h, a["h"], u, a["u"],
-        partial, sync, counts, stats[0], stats[1], m, hidden, ff, heads, layers, eps,
+        partial, sync, counts, x_stats, h_stats, m, hidden, ff, heads, layers, eps,
         head_dim ** -0.5, BM=bm, BK=tiles["BK"], BN_QKV=tiles["BN_QKV"],
         BN_O=tiles["BN_O"], SPLIT_O=tiles["SPLIT_O"], BN_UP=tiles["BN_UP"],
         BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
