@@ -62,6 +62,7 @@ class Context:
     config: Any  # hedgerow.operator.main.OperatorSettings
     kube: KubeClient
     probes: aiohttp.ClientSession | None = None
+    stopping: bool = False  # set by kopf's clean-up: the clients are closed
     # Locks per EmbeddingService, by (purpose, namespace, name); weak values: a lock lives only
     # while somebody holds or waits on it.
     _locks: weakref.WeakValueDictionary = dataclasses.field(
@@ -297,7 +298,8 @@ async def track_warmup(ctx: Context, body: Mapping[str, Any], patch: kopf.Patch,
             else:
                 await observe(ctx, service, body, patch, acted_on)
         except ApiError as error:
-            logger.warning("warmup tracking failed: %s", error)
+            if not ctx.stopping:  # else the client was closed under it by clean-up
+                logger.warning("warmup tracking failed: %s", error)
 
 
 def _owns_replicas(deployment: Mapping[str, Any], manager: str) -> bool:

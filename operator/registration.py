@@ -35,12 +35,15 @@ def register(registry: kopf.OperatorRegistry, config: Any,
 
     async def counted(trigger: str, body: kopf.Body, patch: kopf.Patch,
                       logger: logging.Logger) -> None:
+        if ctx.stopping:
+            return
         started, outcome = time.perf_counter(), "error"
         try:
             outcome = await handlers.reconcile(ctx, body, patch, logger)
         except kopf.TemporaryError:
             outcome = "api_error"
-            raise
+            if not ctx.stopping:  # else the client was closed under it by clean-up
+                raise
         finally:
             metrics.observe(trigger, outcome, time.perf_counter() - started)
 
@@ -66,6 +69,10 @@ def register(registry: kopf.OperatorRegistry, config: Any,
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
+        # Timers can outlive clean-up: those in flight, and those kopf starts again for an event
+        # still being handled at the stop signal (it cancels them 5 s later). They must neither
+        # act nor report the closed client's "not connected" as a failure.
+        ctx.stopping = True
         ctx.kube.close()
         if ctx.probes is not None:
             await ctx.probes.close()
@@ -85,6 +92,7 @@ def register(registry: kopf.OperatorRegistry, config: Any,
     @kopf.timer(*RESOURCE, interval=config.warmup_interval, registry=registry, id="warmup")
     async def track_warmup(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger,
                            **_: Any) -> None:
-        await handlers.track_warmup(ctx, body, patch, logger)
+        if not ctx.stopping:
+            await handlers.track_warmup(ctx, body, patch, logger)
 
     return ctx

@@ -59,6 +59,14 @@ async def test_operator_process_reconciles_and_stops_on_sigterm(kube_api, subpro
     assert process.returncode == 0, output.decode()[-3000:]
     lines = [json.loads(line) for line in output.decode().splitlines() if line.startswith("{")]
     assert any(line.get("event") == "operator.start" for line in lines), output.decode()[-3000:]
+    # Timers run after clean-up (kopf restarts them for the event in flight at the signal, and
+    # those reconcile every 0.5 s here): they stay quiet, not reporting the closed client as a
+    # failure. kopf's own notice of a timer it leaves running is expected.
+    stopping = next(i for i, line in enumerate(lines) if "Operator is stopping" in
+                    line.get("message", ""))
+    after = [line for line in lines[stopping:] if line["level"] in ("WARNING", "ERROR")
+             and "did not exit in time" not in line.get("message", "")]
+    assert not after, [(line["time"], line["message"]) for line in after]
 
 
 def test_bad_settings_exit_2_with_one_line(subprocess_env):
