@@ -68,19 +68,21 @@ def _gelu_tanh(x):
 
 
 @triton.jit
-def _row_stats(stats_ptr, tiles, N, eps, BM: tl.constexpr, BT: tl.constexpr):
+def _row_stats(stats_ptr, tiles, N, eps, BM: tl.constexpr):
     """Each of BM rows' mean and 1 / std over N columns, from `tiles` tiles' (mean, sum of
     squared deviations) pairs ([tiles, BM, 2] float32, N // tiles columns each), combined as
-    Chan's parallel variance does."""
-    t = tl.arange(0, BT)[:, None]
-    live = t < tiles
-    at = stats_ptr + (t * BM + tl.arange(0, BM)[None, :]) * 2
-    means = tl.load(at, mask=live, other=0.0, cache_modifier=".cg")
-    spread = tl.load(at + 1, mask=live, other=0.0, cache_modifier=".cg")
-    mean = tl.sum(means, axis=0) / tiles
-    apart = tl.where(live, means - mean[None, :], 0.0)
-    var = (tl.sum(spread, axis=0) + (N // tiles) * tl.sum(apart * apart, axis=0)) / N
-    return mean, 1.0 / tl.sqrt(var + eps)
+    Chan's parallel variance does; one tile at a time, so a row's pairs take no registers."""
+    rows = tl.arange(0, BM)
+    total = tl.zeros((BM,), dtype=tl.float32)
+    for t in range(tiles):
+        total += tl.load(stats_ptr + (t * BM + rows) * 2, cache_modifier=".cg")
+    mean = total / tiles
+    spread = tl.zeros((BM,), dtype=tl.float32)
+    for t in range(tiles):
+        at = stats_ptr + (t * BM + rows) * 2
+        apart = tl.load(at, cache_modifier=".cg") - mean
+        spread += tl.load(at + 1, cache_modifier=".cg") + (N // tiles) * apart * apart
+    return mean, 1.0 / tl.sqrt(spread / N + eps)
 
 
 @triton.jit
@@ -94,7 +96,7 @@ def _normed(x, mean, rstd, g_ptr, b_ptr, cols):
 @triton.jit
 def _finish_tile(partial_ptr, bias_ptr, res_ptr, res_norm, res_stats, res_g, res_b, out_ptr,
                  stats_ptr, tile, M, N, eps, BM: tl.constexpr, BN: tl.constexpr,
-                 SPLIT: tl.constexpr, BT: tl.constexpr):
+                 SPLIT: tl.constexpr):
     """A column tile's sum before its LayerNorm: the SPLIT partials + bias + residual (normed
     from its statistics when `res_norm`), stored in out's dtype, with each row's mean and sum
     of squared deviations over the tile's BN columns in stats [tile, row]."""
@@ -107,7 +109,7 @@ def _finish_tile(partial_ptr, bias_ptr, res_ptr, res_norm, res_stats, res_g, res
         acc += tl.load(partial_ptr + s * M * N + at, mask=mask, other=0.0, cache_modifier=".cg")
     res = tl.load(res_ptr + at, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
     if res_norm:
-        mean, rstd = _row_stats(res_stats, N // BN, N, eps, BM, BT)
+        mean, rstd = _row_stats(res_stats, N // BN, N, eps, BM)
         res = _normed(res, mean, rstd, res_g, res_b, cols)
     acc += res
     tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=mask)
@@ -125,12 +127,16 @@ def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
              NORM_A: tl.constexpr = False, norm_a=False, a_mean=None, a_rstd=None, a_g=None,
              a_b=None, FOLD: tl.constexpr = False, count_ptr=None, target=0, res_ptr=None,
              res_norm=False, res_stats=None, res_g=None, res_b=None, pre_ptr=None,
-             stats_ptr=None, eps=0.0, BT: tl.constexpr = 1):
+             stats_ptr=None, eps=0.0):
     """out = a[:M, :K] w[w_row0:w_row0 + N]^T: with PARTIAL float32 partial sums [SPLIT, M, N],
     one per slice of K; otherwise (SPLIT 1) plus bias (and GELU) in out's dtype [M, N]. With
     TMA, a_src and w_src are tensor descriptors (blocks [BM, BK] and [BN, BK]; rows past M load
-    as zeros), else pointers. With NORM_A and `norm_a`, a holds sums before a LayerNorm,
-    normed as loaded (rows' a_mean, a_rstd; the norm's a_g, a_b). With FOLD (PARTIAL), the
+    as zeros), else pointers. With NORM_A (SPLIT 1) and `norm_a`, a holds sums x before a
+    LayerNorm (rows' a_mean, a_rstd; the norm's a_g, a_b) and the product is that norm's:
+    sum_k ((x_k - mean) rstd g_k + b_k) w_nk = rstd (sum_k x_k g_k w_nk - mean sum_k g_k w_nk)
+    + sum_k b_k w_nk. So the gain scales the [BN, BK] weight tile as loaded, not the [BM, BK]
+    activation tile (a quarter of the registers at BN 32), and the two column sums beside it
+    finish the norm in the epilogue. With FOLD (PARTIAL), the
     program whose slice brings a column tile's counter (count_ptr) to `target` finishes the
     tile (_finish_tile, bias b_ptr, into pre_ptr and stats_ptr)."""
     tiles = N // BN
@@ -140,6 +146,8 @@ def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
         cols = (item % tiles) * BN + tl.arange(0, BN)
         k_start = (item // tiles) * k_len
         acc = tl.zeros((BM, BN), dtype=tl.float32)
+        gained = tl.zeros((BN,), dtype=tl.float32)   # sum_k g_k w_nk, as rounded for the dot
+        shifted = tl.zeros((BN,), dtype=tl.float32)  # sum_k b_k w_nk
         for k0 in range(k_start, k_start + k_len, BK):
             ks = k0 + tl.arange(0, BK)
             if TMA:
@@ -151,10 +159,17 @@ def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
                 w = tl.load(w_src + (w_row0 + cols)[:, None] * K + ks[None, :])
             if NORM_A:
                 if norm_a:
-                    a = _normed(a.to(tl.float32), a_mean, a_rstd, a_g, a_b, ks).to(w.dtype)
+                    plain = w.to(tl.float32)
+                    w = (plain * tl.load(a_g + ks).to(tl.float32)[None, :]).to(w.dtype)
+                    gained += tl.sum(w.to(tl.float32), axis=1)
+                    shifted += tl.sum(plain * tl.load(a_b + ks).to(tl.float32)[None, :], axis=1)
             acc = tl.dot(a, tl.trans(w), acc)
         mask = rows[:, None] < M
         if not PARTIAL:
+            if NORM_A:
+                if norm_a:
+                    acc = (a_rstd[:, None] * (acc - a_mean[:, None] * gained[None, :])
+                           + shifted[None, :])
             acc += tl.load(b_ptr + cols).to(tl.float32)[None, :]
             if GELU:
                 acc = _gelu_tanh(acc)
@@ -169,7 +184,7 @@ def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
                 tl.debug_barrier()
                 if arrived == target - 1:
                     _finish_tile(out_ptr, b_ptr, res_ptr, res_norm, res_stats, res_g, res_b,
-                                 pre_ptr, stats_ptr, item % tiles, M, N, eps, BM, BN, SPLIT, BT)
+                                 pre_ptr, stats_ptr, item % tiles, M, N, eps, BM, BN, SPLIT)
 
 
 @triton.jit
@@ -234,13 +249,12 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
                  BN_O: tl.constexpr, SPLIT_O: tl.constexpr, BN_UP: tl.constexpr,
                  BN_DOWN: tl.constexpr, SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr,
                  BQ: tl.constexpr, D: tl.constexpr, SEQ_BLOCK: tl.constexpr, TMA: tl.constexpr,
-                 FENCE: tl.constexpr, ATTENTION: tl.constexpr, FOLD: tl.constexpr,
-                 BT: tl.constexpr):
+                 FENCE: tl.constexpr, ATTENTION: tl.constexpr, FOLD: tl.constexpr):
     """Every layer, in place on x [M, H]; `sync_ptr` a zeroed int32. a_* and the weights are
     what the products load from: the buffers and stacked weights ([layers * N, K]) themselves,
     or with TMA their tensor descriptors. Without ATTENTION (benchmarks/layer_chain_gpu.py)
     the attention step is left out and a_attn is the QKV buffer, its first H columns the
-    output product's input. With FOLD (BN_O == BN_DOWN, BT tiles or more): `counts` two zeroed
+    output product's input. With FOLD (BN_O == BN_DOWN): `counts` two zeroed
     int32 counters a column tile (the output product's, then the down product's), x_stats and
     h_stats [H // BN_O, BM, 2] float32 (the first layer reads none of x_stats' values)."""
     pid = tl.program_id(0)
@@ -252,7 +266,7 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
             # from the second layer on, x holds the previous layer's sums before its last norm
             x_pre = layer > 0
             g_x, b_x = g2 + (layer - 1) * H, b2 + (layer - 1) * H
-            x_mean, x_rstd = _row_stats(x_stats, tiles, H, eps, BM, BT)
+            x_mean, x_rstd = _row_stats(x_stats, tiles, H, eps, BM)
             _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
                      pid, programs, BM, BN_QKV, BK, 1, False, False, TMA, NORM_A=True,
                      norm_a=x_pre, a_mean=x_mean, a_rstd=x_rstd, a_g=g_x, a_b=b_x)
@@ -265,9 +279,9 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
                      pid, programs, BM, BN_O, BK, SPLIT_O, True, False, TMA, FOLD=True,
                      count_ptr=counts, target=(layer + 1) * SPLIT_O, res_ptr=x_ptr,
                      res_norm=x_pre, res_stats=x_stats, res_g=g_x, res_b=b_x, pre_ptr=h_buf,
-                     stats_ptr=h_stats, eps=eps, BT=BT)
+                     stats_ptr=h_stats, eps=eps)
             barrier = _step_done(sync_ptr, barrier, programs, FENCE)
-            h_mean, h_rstd = _row_stats(h_stats, tiles, H, eps, BM, BT)
+            h_mean, h_rstd = _row_stats(h_stats, tiles, H, eps, BM)
             _product(a_h, H, up_w, layer * FF, up_b + layer * FF, u_buf, M, FF, H, pid,
                      programs, BM, BN_UP, BK, 1, False, True, TMA, NORM_A=True, norm_a=True,
                      a_mean=h_mean, a_rstd=h_rstd, a_g=g1 + layer * H, a_b=b1 + layer * H)
@@ -276,7 +290,7 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
                      pid, programs, BM, BN_DOWN, BK, SPLIT_DOWN, True, False, TMA, FOLD=True,
                      count_ptr=counts + tiles, target=(layer + 1) * SPLIT_DOWN, res_ptr=h_buf,
                      res_norm=True, res_stats=h_stats, res_g=g1 + layer * H,
-                     res_b=b1 + layer * H, pre_ptr=x_ptr, stats_ptr=x_stats, eps=eps, BT=BT)
+                     res_b=b1 + layer * H, pre_ptr=x_ptr, stats_ptr=x_stats, eps=eps)
             barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, down_b, x_ptr, g2 + (layer_count - 1) * H,
                   b2 + (layer_count - 1) * H, x_ptr, M, H, eps, pid, programs, 0, BLOCK_H)
@@ -355,7 +369,7 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
         BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
         BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"], D=head_dim,
         SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma, FENCE=tma and x.is_cuda,
-        ATTENTION=attention, FOLD=fold, BT=max(2, triton.next_power_of_2(column_tiles)),
+        ATTENTION=attention, FOLD=fold,
         num_warps=tiles["warps"], num_stages=tiles["stages"],
         launch_cooperative_grid=x.is_cuda)
     return y[:m], sync
