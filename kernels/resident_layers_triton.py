@@ -136,9 +136,9 @@ def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
     sum_k ((x_k - mean) rstd g_k + b_k) w_nk = rstd (sum_k x_k g_k w_nk - mean sum_k g_k w_nk)
     + sum_k b_k w_nk. So the gain scales the [BN, BK] weight tile as loaded, not the [BM, BK]
     activation tile (a quarter of the registers at BN 32), and the two column sums beside it
-    finish the norm in the epilogue. With FOLD (PARTIAL), the
-    program whose slice brings a column tile's counter (count_ptr) to `target` finishes the
-    tile (_finish_tile, bias b_ptr, into pre_ptr and stats_ptr)."""
+    finish the norm in the epilogue. With FOLD (PARTIAL), the program whose slice brings a
+    column tile's counter (count_ptr) to `target` finishes the tile (_finish_tile, bias b_ptr,
+    into pre_ptr and stats_ptr)."""
     tiles = N // BN
     k_len = K // SPLIT
     rows = tl.arange(0, BM)
@@ -254,9 +254,9 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
     what the products load from: the buffers and stacked weights ([layers * N, K]) themselves,
     or with TMA their tensor descriptors. Without ATTENTION (benchmarks/layer_chain_gpu.py)
     the attention step is left out and a_attn is the QKV buffer, its first H columns the
-    output product's input. With FOLD (BN_O == BN_DOWN): `counts` two zeroed
-    int32 counters a column tile (the output product's, then the down product's), x_stats and
-    h_stats [H // BN_O, BM, 2] float32 (the first layer reads none of x_stats' values)."""
+    output product's input. With FOLD (BN_O == BN_DOWN): `counts` two zeroed int32 counters a
+    column tile (the output product's, then the down product's), x_stats and h_stats
+    [H // BN_O, BM, 2] float32 (the first layer reads none of x_stats' values)."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     barrier = 1
@@ -348,7 +348,7 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
         x_stats, h_stats = torch.empty(2, column_tiles, bm, 2, device=x.device,
                                        dtype=torch.float32)
     else:  # unread: nothing allocated (or zeroed in a captured graph) for them
-        column_tiles, counts, x_stats, h_stats = 1, sync, partial, partial
+        counts, x_stats, h_stats = sync, partial, partial
     attention = tiles.get("ATTENTION", True)
     a = dict(x=y[:m], attn=attn[:m] if attention else qkv[:m], h=h[:m], u=u[:m])
     weights = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
@@ -369,7 +369,6 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
         BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
         BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"], D=head_dim,
         SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma, FENCE=tma and x.is_cuda,
-        ATTENTION=attention, FOLD=fold,
-        num_warps=tiles["warps"], num_stages=tiles["stages"],
+        ATTENTION=attention, FOLD=fold, num_warps=tiles["warps"], num_stages=tiles["stages"],
         launch_cooperative_grid=x.is_cuda)
     return y[:m], sync
