@@ -47,13 +47,12 @@ class _Launch:
 
 def _signature(fn, args, kwargs):
     """(signature, constants, attrs) for ASTSource from one launch's arguments."""
-    names = fn.arg_names
     signature, constants, attrs = {}, {}, {}
-    for name, value in zip(names, args):
+    for index, (name, value) in enumerate(zip(fn.arg_names, args)):
         if isinstance(value, torch.Tensor):
             signature[name] = "*" + TYPES[value.dtype]
             if value.data_ptr() % 16 == 0:
-                attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+                attrs[(index,)] = [["tt.divisibility", 16]]
         elif isinstance(value, TensorDescriptor):
             block = ", ".join(str(side) for side in value.block_shape)
             signature[name] = f"tensordesc<{TYPES[value.base.dtype]}[{block}]>"
@@ -62,7 +61,7 @@ def _signature(fn, args, kwargs):
         elif isinstance(value, int):
             signature[name] = "i32"
             if value % 16 == 0:
-                attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+                attrs[(index,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = "fp32"
     for name, value in kwargs.items():
