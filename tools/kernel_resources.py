@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python -P tools/kernel_resources.py [--hidden 1024 --ff 4096 --heads 16]
 
-For each variant (tensor descriptors or pointers, seven steps or FOLD), runs the kernel's own
+For each variant (tensor descriptors or pointers), runs the kernel's own
 launch (`bert_layers_triton`) on CPU tensors with the launch intercepted, gives its arguments
 the types and alignment hints Triton's launcher would (a 16-byte-aligned pointer or an integer
 that is a multiple of 16 is marked so, an integer equal to 1 becomes a constant), compiles for
@@ -70,10 +70,10 @@ def _signature(fn, args, kwargs):
     return signature, constants, attrs
 
 
-def resources(hidden: int, ff: int, heads: int, tma: bool, fold: bool) -> dict[str, int]:
+def resources(hidden: int, ff: int, heads: int, tma: bool) -> dict[str, int]:
     """The compiled kernel's registers and stack bytes per thread, and shared bytes per
     program, for one variant."""
-    tiles = tiles_for(hidden, ff, heads) | dict(TMA=tma, FOLD=fold)
+    tiles = tiles_for(hidden, ff, heads) | dict(TMA=tma)
     x = torch.zeros(MAX_TOKENS, hidden, dtype=torch.bfloat16)
     shapes = dict(qkv_w=(3 * hidden, hidden), qkv_b=(3 * hidden,), o_w=(hidden, hidden),
                   up_w=(ff, hidden), up_b=(ff,), down_w=(hidden, ff))
@@ -113,13 +113,11 @@ def main() -> int:
         parser.error("these sides do not fit the kernel's tiles (kernels/resident_layers.py)")
     print(f"Triton {triton.__version__}, sm_90, hidden {args.hidden}, intermediate {args.ff}, "
           f"{args.heads} heads")
-    print(f"{'loads':<12} {'layers':<11} {'registers':>9} {'stack B':>7} {'shared B':>8}")
+    print(f"{'loads':<12} {'registers':>9} {'stack B':>7} {'shared B':>8}")
     for tma in (True, False):
-        for fold in (False, True):
-            used = resources(args.hidden, args.ff, args.heads, tma, fold)
-            print(f"{'descriptors' if tma else 'pointers':<12} "
-                  f"{'folded' if fold else 'seven-step':<11} {used['registers']:>9} "
-                  f"{used['stack']:>7} {used['shared']:>8}")
+        used = resources(args.hidden, args.ff, args.heads, tma)
+        print(f"{'descriptors' if tma else 'pointers':<12} {used['registers']:>9} "
+              f"{used['stack']:>7} {used['shared']:>8}")
     return 0
 
 
