@@ -18,11 +18,11 @@ import argparse
 import importlib
 import json
 import random
-import statistics
 from pathlib import Path
 
 import torch
 
+from hedgerow.bench.engine_gpu import graph_time_us
 from hedgerow.engine import attention_cuda
 from hedgerow.kernels.ragged_attention import reference_attention
 
@@ -46,32 +46,6 @@ def cudnn_ragged(q, k, v, cu_seqlens, max_seqlen, causal):
     return out
 
 
-def graph_us(fn, calls=20, replays=20):
-    """(median µs per call over `replays` replays of a graph of `calls` calls, last output)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            out = fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times), out
-
-
 def cu_seqlens_of(lengths, device=None):
     cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
     cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
@@ -86,13 +60,14 @@ def check(hq, hkv, d, causal) -> str:
     k, v = (torch.randn(sum(lengths), hkv, d, dtype=torch.bfloat16) for _ in range(2))
     reference = reference_attention(q.double(), k.double(), v.double(), cu, max(lengths), causal)
     args = (q.cuda(), k.cuda(), v.cuda(), cu.cuda(), 256, causal)
+    graph_out = {}  # after the capture: the graph's output tensor, which each replay rewrites
     try:
         eager = cudnn_ragged(*args).cpu().double()
-        _, replayed = graph_us(lambda: cudnn_ragged(*args), calls=1, replays=2)
+        graph_time_us(lambda: graph_out.update(out=cudnn_ragged(*args)), reps=2)
     except Exception as error:  # noqa: BLE001 - reported, the timing still runs
         return f"failed: {type(error).__name__}: {error}"[:300]
     error = ((eager - reference).norm() / reference.norm()).item()
-    same = torch.equal(replayed.cpu().double(), eager)
+    same = torch.equal(graph_out["out"].cpu().double(), eager)
     return f"relative error to float64 {error:.2e}, replay equals eager: {same}"
 
 
@@ -119,7 +94,8 @@ def main() -> int:
             times = {}
             for name, fn in backends.items():
                 try:
-                    times[name], _ = graph_us(lambda: fn(q, k, v, cu, bound, causal))
+                    times[name] = graph_time_us(lambda: fn(q, k, v, cu, bound, causal),
+                                                calls=20)
                 except Exception as error:  # noqa: BLE001 - one cell's failure is reported
                     times[name] = float("nan")
                     print(f"  {label} {mix} {name}: {type(error).__name__}: {error}"[:300],

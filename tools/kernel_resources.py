@@ -2,12 +2,12 @@
 
 Usage: .venv/bin/python -P tools/kernel_resources.py [--hidden 1024 --ff 4096 --heads 16]
 
-For each variant (tensor descriptors or pointers), runs the kernel's own
-launch (`bert_layers_triton`) on CPU tensors with the launch intercepted, gives its arguments
-the types and alignment hints Triton's launcher would (a 16-byte-aligned pointer or an integer
-that is a multiple of 16 is marked so, an integer equal to 1 becomes a constant), compiles for
-sm_90 with the installed Triton, and reads the cubin's resource usage with the `cuobjdump`
-Triton ships. A stack above zero is registers spilled to local memory. Compiling without the
+For each variant (tensor descriptors or pointers), runs the kernel's own launch
+(`bert_layers_triton`) on CPU tensors with the launch intercepted, gives its arguments the
+types and alignment hints Triton's launcher would (a 16-byte-aligned pointer or an integer that
+is a multiple of 16 is marked so, an integer equal to 1 becomes a constant), compiles for sm_90
+with the installed Triton, and reads the cubin's resource usage with the `cuobjdump` Triton
+ships. A stack above zero is registers spilled to local memory. Compiling without the
 hints marks nothing aligned and gives scalar loads and spills the real kernel does not have.
 """
 
