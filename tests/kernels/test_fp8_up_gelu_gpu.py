@@ -2,11 +2,14 @@
 with FP8 tensor cores (compute capability 8.9 or newer).
 
 The tensor cores sum e4m3 products in their own order and precision (on Hopper in their own
-accumulator, as the engine's cuBLAS products do), the reference in float32, so a value on an
-e4m3 rounding boundary may round the other way, and one whose sum cancels may move a little
-more: bytes must match almost everywhere, and every value lie within a sixteenth of itself or
-two e4m3 units (of 448) of the reference's.
+accumulator, as the engine's cuBLAS products do) and the tanh GELU takes the hardware's
+tanh.approx, the reference float32 throughout, so a value on an e4m3 rounding boundary may
+round the other way (1.1-1.7 % of the bytes on an H100), and one whose sum cancels may move a
+little more: bytes must match almost everywhere, and every value lie within a sixteenth of
+itself or two e4m3 units (of 448) of the reference's.
 """
+
+from unittest import mock
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
     pytest.skip("needs CUDA with FP8 tensor cores", allow_module_level=True)
 
+from hedgerow.kernels import fp8_up_gelu_triton  # noqa: E402
 from hedgerow.kernels.fp8_up_gelu import (up_gelu_quantize,  # noqa: E402
                                           up_gelu_quantize_reference)
 from hedgerow.kernels.gelu_quantize import quantize_rows  # noqa: E402
@@ -41,9 +45,16 @@ def _assert_matches(operands, approximate):
     assert torch.equal(got_f.isnan(), want_f.isnan())
     kept = ~want_f.isnan()
     differ = values.view(torch.uint8)[kept] != want.view(torch.uint8)[kept]
-    assert differ.float().mean().item() <= 0.01, differ.float().mean().item()
+    assert differ.float().mean().item() <= 0.05, differ.float().mean().item()
     gap = (got_f[kept] - want_f[kept]).abs()
     assert (gap <= want_f[kept].abs() / 16 + 2).all(), gap.max()
+
+
+@pytest.fixture(params=[0, 1], ids=["a-program-a-tile", "persistent"])
+def programs_per_sm(request):
+    """The kernel with one program a tile, and persistent (one program an SM)."""
+    with mock.patch.dict(fp8_up_gelu_triton.CONFIG, PROGRAMS_PER_SM=request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("approximate", ["tanh", "none"])
@@ -52,7 +63,8 @@ def _assert_matches(operands, approximate):
     (130, 80, 200, True),   # K and N not multiples of the tiles (tensor descriptors on Hopper)
     (7, 40, 24, False),     # rows of 40 bytes: not 16-byte aligned, per-thread loads
 ])
-def test_the_kernel_matches_its_reference(rows, depth, width, bias, approximate):
+def test_the_kernel_matches_its_reference(rows, depth, width, bias, approximate,
+                                          programs_per_sm):
     _assert_matches(_operands(rows, depth, width, bias, seed=rows), approximate)
 
 

@@ -16,6 +16,7 @@ from hedgerow.kernels.fp8_up_gelu import up_gelu_quantize, up_gelu_quantize_refe
 from hedgerow.kernels.gelu_quantize import FP8_MAX, quantize_rows
 
 CHILD = """
+import itertools
 import torch
 from hedgerow.kernels import fp8_up_gelu_triton as k
 from hedgerow.kernels.fp8_up_gelu import up_gelu_quantize_reference
@@ -23,9 +24,11 @@ from hedgerow.kernels.gelu_quantize import quantize_rows
 k.CONFIG.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2)
 torch.manual_seed(0)
 cases = 0
-for rows, depth, width, bias, approximate in (
+for (rows, depth, width, bias, approximate), per_sm in itertools.product((
         (37, 80, 72, True, "tanh"),   # K and N not multiples of the tiles: masked
-        (5, 64, 32, False, "none"), (1, 16, 16, True, "none"), (0, 32, 32, True, "tanh")):
+        (5, 64, 32, False, "none"), (1, 16, 16, True, "none"), (0, 32, 32, True, "tanh")),
+        (0, 2)):                      # one program a tile; two programs walking the tiles
+    k.CONFIG["PROGRAMS_PER_SM"] = per_sm
     x = torch.randn(rows, depth) * 3
     out_scales = torch.rand(rows, 1) * 0.05 + 0.01
     if rows > 4:
@@ -48,7 +51,7 @@ print("ok", cases)
 
 
 def test_the_kernel_matches_its_reference_interpreted(run_interpreted):
-    assert run_interpreted(CHILD) == "ok 4"
+    assert run_interpreted(CHILD) == "ok 8"
 
 
 def _operands(rows=3, depth=32, width=48, bias=True):
