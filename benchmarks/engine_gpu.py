@@ -34,9 +34,8 @@ Runs on any CUDA machine; the issue's targets are for one H200. In order:
      `max-autotune` Inductor's GEMM templates, `float8` the defaults with `--dtype float8`,
      `float8-qkv` that with only the QKV products in FP8, `float8-fast` / `float8-promoted`
      `float8` with the FP8 products' sums in the tensor cores' own accumulator / promoted to
-     float32, `float8-gelu-pass` `float8` with the MLP's GELU and quantization in a pass
-     after the up product instead of in its epilogue), `resident` the defaults with
-     BERT-family layers at up to 128 tokens as one kernel launch (engine/resident.py)):
+     float32), `resident` the defaults with BERT-family layers at up to 128 tokens as one
+     kernel launch (engine/resident.py)):
      gate (also on the gate's sequences three times over, 2,946 tokens, a batch wide enough
      for FP8, and on each sequence alone, the small batches' path), compile time, latency, a
      16 x 512 scoring step and 8192-budget bulk throughput; with `--analysis` also the kernels one
@@ -529,21 +528,17 @@ VARIANTS = {
     "float8-qkv": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-fast": {"gelu_epilogue": True, "quack_mlp": True},
     "float8-promoted": {"gelu_epilogue": True, "quack_mlp": True},
-    "float8-gelu-pass": {"gelu_epilogue": True, "quack_mlp": True},
     "resident": {"gelu_epilogue": True, "quack_mlp": True},
 }
 # Variants whose engine loads in another dtype than bfloat16.
 VARIANT_DTYPES = {"float8": "float8", "float8-qkv": "float8", "float8-fast": "float8",
-                  "float8-promoted": "float8", "float8-gelu-pass": "float8"}
+                  "float8-promoted": "float8"}
 # Variants whose FP8 takes other products than engine/fp8_linear.py's FP8_PRODUCTS: the QKV
 # products alone, its first version, measured beside the MLPs in FP8.
 VARIANT_FP8_PRODUCTS = {"float8-qkv": ("qkv",)}
 # Variants that set fp8_linear.FP8_FAST_ACCUM (the others take its default): whether the FP8
 # products sum in the tensor cores' own accumulator or promote their sums to float32.
 VARIANT_FP8_FAST_ACCUM = {"float8-fast": True, "float8-promoted": False}
-# Variants that set fp8_linear.FP8_FUSED_UP: whether the FP8 MLP's up product applies the GELU
-# and quantizes in its own epilogue or leaves that to kernels/gelu_quantize.py's pass.
-VARIANT_FP8_FUSED_UP = {"float8-gelu-pass": False}
 
 
 def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
@@ -557,10 +552,8 @@ def bench_compiled(name, directory, ref, gate_seqs, row, variant, analysis):
         dtype = VARIANT_DTYPES.get(variant, "bfloat16")
         products = VARIANT_FP8_PRODUCTS.get(variant, fp8_linear.FP8_PRODUCTS)
         fast = VARIANT_FP8_FAST_ACCUM.get(variant, fp8_linear.FP8_FAST_ACCUM)
-        fused_up = VARIANT_FP8_FUSED_UP.get(variant, fp8_linear.FP8_FUSED_UP)
         with mock.patch.object(fp8_linear, "FP8_PRODUCTS", products), \
                 mock.patch.object(fp8_linear, "FP8_FAST_ACCUM", fast), \
-                mock.patch.object(fp8_linear, "FP8_FUSED_UP", fused_up), \
                 mock.patch.object(resident, "RESIDENT_LAYERS", variant == "resident"):
             engine = Engine.load(directory, device="cuda", dtype=dtype, gpu_settings=settings)
         vocab = engine.info.vocab_size

@@ -1,6 +1,6 @@
 """An FP8 GELU MLP's up product with the GELU and the quantization in its epilogue
-(kernels/fp8_up_gelu.py), against cuBLAS's FP8 up product followed by kernels/gelu_quantize.py's
-pass, and BGE-M3's whole MLP each way against bf16.
+(kernels/fp8_up_gelu.py) against cuBLAS's FP8 up product alone, and BGE-M3's whole MLP in FP8
+against bf16.
 
     python -P benchmarks/fp8_up_gelu_gpu.py [--out DIR] [--tokens 2048,8192,16384] [--sweep]
         [--rounds 3]
@@ -9,18 +9,18 @@ Runs on a CUDA machine with FP8 tensor cores (compute capability 8.9 or newer). 
 BGE-M3's MLP shape (hidden 1,024, intermediate 4,096), µs per call as the median of CUDA-graph
 replays of 10 calls, the rounds interleaved:
 
-- `up fused`: kernels/fp8_up_gelu.py on quantized operands (e4m3 out);
-- `up + pass`: `torch._scaled_mm`'s up product with its bias (bf16 out), then
-  kernels/gelu_quantize.py (e4m3 out);
+- `up kernel`: kernels/fp8_up_gelu.py on quantized operands (e4m3 out);
+- `up cuBLAS`: `torch._scaled_mm`'s up product with its bias alone (bf16 out, no GELU, no
+  quantization): the floor the kernel's product part is held to;
 - `mlp bf16`: the engine's bf16 MLP (the up product with cuBLASLt's bias + GELU epilogue);
-- `mlp fused` / `mlp pass`: engine/fp8_linear.py's Fp8Mlp with FP8_FUSED_UP on / off, from the
-  quantization of its input on, under torch.compile.
+- `mlp fp8`: engine/fp8_linear.py's Fp8Mlp from the quantization of its input on, under
+  torch.compile.
 
-Before timing, the fused kernel's bytes are checked against its reference, and each MLP's output
+Before timing, the kernel's bytes are checked against its reference, and each MLP's output
 against the float32 MLP (smallest cosine over rows). `--sweep` first times the kernel's tile
 configurations (128-row tiles: 64 rows were slower on an H100; one program a tile or one or two
-an SM walking the tiles) at the largest token count and runs the table with the fastest. Writes
-OUT/fp8_up_gelu_gpu.json and prints a table last.
+an SM walking the tiles) at the largest token count and runs the table with the fastest.
+Writes OUT/fp8_up_gelu_gpu.json and prints a table last.
 """
 
 import argparse
@@ -38,8 +38,8 @@ from hedgerow.bench.engine_gpu import graph_time_us
 from hedgerow.engine import fp8_linear
 from hedgerow.engine.cuda_linear import LinearGelu
 from hedgerow.kernels import fp8_up_gelu_triton
-from hedgerow.kernels.fp8_up_gelu import up_gelu_quantize, up_gelu_quantize_reference
-from hedgerow.kernels.gelu_quantize import gelu_quantize_rows, quantize_rows
+from hedgerow.kernels.fp8_up_gelu import (quantize_rows, up_gelu_quantize,
+                                          up_gelu_quantize_reference)
 
 HIDDEN, INTERMEDIATE = 1024, 4096
 
@@ -48,11 +48,9 @@ def _mlps():
     torch.manual_seed(0)
     up = LinearGelu(nn.Linear(HIDDEN, INTERMEDIATE).cuda().bfloat16())
     down = nn.Linear(INTERMEDIATE, HIDDEN).cuda().bfloat16()
-    mlps = {"mlp bf16": torch.compile(lambda x: down(up(x)), dynamic=False)}
-    for name, fused in (("mlp fused", True), ("mlp pass", False)):
-        with mock.patch.object(fp8_linear, "FP8_FUSED_UP", fused):
-            mlps[name] = torch.compile(fp8_linear.Fp8Mlp(up, down, min_tokens=1), dynamic=False)
     wrapper = fp8_linear.Fp8Mlp(up, down, min_tokens=1)
+    mlps = {"mlp bf16": torch.compile(lambda x: down(up(x)), dynamic=False),
+            "mlp fp8": torch.compile(wrapper, dynamic=False)}
     return up, down, mlps, wrapper
 
 
@@ -96,12 +94,11 @@ def cells(tokens: list[int], rounds: int) -> list[dict]:
         reference = F.linear(F.gelu(F.linear(x.float(), up.weight.float(), up.bias.float()),
                                     approximate="tanh"), down.weight.float(), down.bias.float())
         row = {"tokens": t, "bytes differing": (got != want).float().mean().item()}
-        cublas_up = (operands[0], wrapper.up_fp8.t(), operands[1], wrapper.up_scale)
         timed = {
-            "up fused": lambda: up_gelu_quantize(*operands, "tanh"),
-            "up + pass": lambda: gelu_quantize_rows(torch._scaled_mm(
-                cublas_up[0], cublas_up[1], scale_a=cublas_up[2], scale_b=cublas_up[3],
-                bias=up.bias, out_dtype=torch.bfloat16, use_fast_accum=True), "tanh"),
+            "up kernel": lambda: up_gelu_quantize(*operands, "tanh"),
+            "up cuBLAS": lambda: torch._scaled_mm(
+                operands[0], wrapper.up_fp8.t(), scale_a=operands[1], scale_b=wrapper.up_scale,
+                bias=up.bias, out_dtype=torch.bfloat16, use_fast_accum=True),
             **{name: (lambda mlp=mlp: mlp(x)) for name, mlp in mlps.items()},
         }
         with torch.inference_mode():
@@ -134,13 +131,13 @@ def main() -> int:
     result["rows"] = cells(tokens, args.rounds)
     (args.out / "fp8_up_gelu_gpu.json").write_text(json.dumps(result, indent=1))
     print(f"\ntiles {result['config']}")
-    names = ("up fused", "up + pass", "mlp bf16", "mlp fused", "mlp pass")
+    names = ("up kernel", "up cuBLAS", "mlp bf16", "mlp fp8")
     print(f"{'tokens':>6} " + " ".join(f"{n + ' µs':>13}" for n in names)
-          + f" {'cos bf16/fused/pass':>26} {'bytes differing':>15}")
+          + f" {'cos bf16/fp8':>17} {'bytes differing':>15}")
     for r in result["rows"]:
         print(f"{r['tokens']:>6} " + " ".join(f"{r[n]:>13.1f}" for n in names)
-              + f" {r['mlp bf16 min cosine']:>8.5f}/{r['mlp fused min cosine']:.5f}/"
-              f"{r['mlp pass min cosine']:.5f} {r['bytes differing']:>15.5f}")
+              + f" {r['mlp bf16 min cosine']:>8.5f}/{r['mlp fp8 min cosine']:.5f}"
+              f" {r['bytes differing']:>15.5f}")
     return 0
 
 

@@ -13,12 +13,12 @@ happens decides whether FP8 pays:
   into the norm's kernel (+4.6 µs a norm on an H100);
 - the down product's input is the GELU of the up product. Left to Inductor, the GELU and the
   quantization of BGE-M3's [8,192, 4,096] became a looped reduction of 102 µs a layer, more
-  than FP8 saved on both products (a step 1.07x slower than bf16 on an H100). One kernel for
-  the GELU and the quantization after the up product (kernels/gelu_quantize.py), which reads
-  the row once, made BGE-M3's bulk 1.15x faster than bf16 on an H100 (the QKV products alone
-  1.05x). Fp8Mlp now takes each row's scale before the product, from a bound on the row's
-  largest |gelu(y)| (below), so the up product's epilogue applies the GELU and writes e4m3
-  itself (kernels/fp8_up_gelu.py) and the bf16 [T, 4H] is never written;
+  than FP8 saved on both products (a step 1.07x slower than bf16 on an H100); a kernel of its
+  own after the up product, reading the bf16 row once, made the bulk 1.15x bf16's. Fp8Mlp now
+  takes each row's scale before the product, from a bound on the row's largest |gelu(y)|
+  (REACH_MARGIN below), so the up product's epilogue applies the GELU and writes e4m3 itself
+  (kernels/fp8_up_gelu.py) and the bf16 [T, 4H] is never written: the MLP 1.22x faster than
+  with that pass, the bulk 1.08x (2,120 against 1,966 emb/s on an H100);
 - the output product's input comes from the attention kernels: nothing to fuse it into, and at
   [T, H] x [H, H] FP8 saves little, so it stays bf16. So do Qwen3's SwiGLU MLPs (their gate
   runs in QuACK's epilogue or kernels/swiglu.py, neither of which quantizes).
@@ -46,8 +46,7 @@ from torch import nn
 
 from hedgerow.engine.cuda_linear import LinearGelu
 from hedgerow.engine.dtype_choice import FP8_MIN_TOKENS
-from hedgerow.kernels.fp8_up_gelu import up_gelu_quantize
-from hedgerow.kernels.gelu_quantize import FP8_MAX, gelu_quantize_rows, quantize_rows
+from hedgerow.kernels.fp8_up_gelu import FP8_MAX, quantize_rows, up_gelu_quantize
 
 # The products FP8 takes, by their place in the layers: "qkv" the QKV product (BertLayer's and
 # Qwen3Layer's), "mlp" a GELU MLP's up and down products (BertLayer's).
@@ -56,10 +55,6 @@ FP8_PRODUCTS = ("qkv", "mlp")
 # rather than promoting the partial sums to float32 every few steps (above). Read when a
 # wrapper is built; benchmarks/engine_gpu.py patches it to compare.
 FP8_FAST_ACCUM = True
-# Whether Fp8Mlp's up product applies the GELU and quantizes its output in its own epilogue
-# (kernels/fp8_up_gelu.py) rather than writing bf16 for kernels/gelu_quantize.py's pass. Read
-# when a wrapper is built; benchmarks/engine_gpu.py patches it to compare.
-FP8_FUSED_UP = True
 # The up product's output row scale is a bound on its largest |gelu(y)|: |gelu(y)| <= |y| and
 # |y[m, j]| <= |x_m| |w_j| + |b_j| (Cauchy-Schwarz) with the quantized x and w. A value's e4m3
 # rounding moves it by at most 2^-4 of itself, so |x_m| is taken 1.125 times over, which also
@@ -113,8 +108,7 @@ class Fp8Linear(nn.Module):
 class Fp8Mlp(nn.Module):
     """A GELU MLP, down(gelu(up(x))), in FP8 from `min_tokens` rows: the up product with its
     bias, the GELU and the quantization of its output in its epilogue, each row's scale a bound
-    taken from the row's norm before the product (kernels/fp8_up_gelu.py; with FP8_FUSED_UP
-    off, the up product in bf16 and then kernels/gelu_quantize.py's pass), then the down
+    taken from the row's norm before the product (kernels/fp8_up_gelu.py), then the down
     product; below, the bf16 modules it wraps.
 
     It replaces the layer's `up` module while the layer's `down` becomes an identity, so the
@@ -128,7 +122,6 @@ class Fp8Mlp(nn.Module):
         self.up, self.down = up, down
         self.min_tokens = min_tokens
         self.fast_accum = FP8_FAST_ACCUM
-        self.fused_up = FP8_FUSED_UP
         with torch.no_grad():  # REACH_MARGIN: |y[m, j]| <= |x_m| up_reach + up_bias_reach
             rows = self.up_fp8.float().norm(dim=1) * self.up_scale[0]
             self.up_reach = REACH_MARGIN * rows.max().item()
@@ -138,16 +131,10 @@ class Fp8Mlp(nn.Module):
         if x.shape[0] < self.min_tokens:
             return self.down(self.up(x))
         x_values, x_scales = quantize_rows(x)
-        bias = _gelu_product(self.up)[1]
-        if self.fused_up:
-            reach = x.float().norm(dim=1, keepdim=True) * self.up_reach + self.up_bias_reach
-            scales = reach.clamp(min=1e-12) / FP8_MAX
-            values = up_gelu_quantize(x_values, x_scales, self.up_fp8, self.up_scale, bias,
-                                      scales, self.approximate)
-        else:
-            before_gelu = _product(x_values, x_scales, self.up_fp8, self.up_scale, bias, x.dtype,
-                                   self.fast_accum)
-            values, scales = gelu_quantize_rows(before_gelu, self.approximate)
+        reach = x.float().norm(dim=1, keepdim=True) * self.up_reach + self.up_bias_reach
+        scales = reach.clamp(min=1e-12) / FP8_MAX
+        values = up_gelu_quantize(x_values, x_scales, self.up_fp8, self.up_scale,
+                                  _gelu_product(self.up)[1], scales, self.approximate)
         return _product(values, scales, self.down_fp8, self.down_scale, self.down.bias, x.dtype,
                         self.fast_accum)
 

@@ -1,20 +1,26 @@
-"""An FP8 GELU MLP's up product with its bias, its GELU and the quantization of its output in the
-product's epilogue, for scales chosen before the product.
+"""FP8 e4m3 with row-wise scales: a row's quantization, and an FP8 GELU MLP's up product with its
+bias, its GELU and the quantization of its output in the product's epilogue, for scales chosen
+before the product.
 
-    y = (xv * xs) (wv * ws)^T + bias                      (float32, in the epilogue)
-    values[m, j] = e4m3(clamp(gelu(y[m, j]) / out_scales[m], -448, 448))
+    quantize_rows:     scale[m] = max(max_j |x[m, j]|, 1e-12) / 448   (e4m3's largest value)
+                       values[m, j] = e4m3(x[m, j] / scale[m])
+    up_gelu_quantize:  y = (xv * xs) (wv * ws)^T + bias               (float32, in the epilogue)
+                       values[m, j] = e4m3(clamp(gelu(y[m, j]) / out_scales[m], -448, 448))
 
-x values [M, K] and weight values [N, K] in e4m3, x scales [M, 1] and weight scales [1, N] in
-float32 (engine/fp8_linear.py keeps them so), bias [N] or None, out_scales [M, 1] float32 > 0.
-Returns the e4m3 values [M, N]: with out_scales they are the operands of a row-wise FP8 down
-product. A value past e4m3's range saturates at +-448; a NaN anywhere in a row's product or in
-its scale stays NaN.
+For the up product: x values [M, K] and weight values [N, K] in e4m3, x scales [M, 1] and weight
+scales [1, N] in float32 (engine/fp8_linear.py keeps them so), bias [N] or None, out_scales
+[M, 1] float32 > 0. It returns the e4m3 values [M, N]: with out_scales they are the operands of
+a row-wise FP8 down product. A value past e4m3's range saturates at +-448; a NaN anywhere in a
+row's product or in its scale stays NaN.
 
-Why: a row-wise scale from the row's own largest magnitude needs all N columns, which no
-product tile holds, so the engine wrote the up product's bf16 output and read it back in a pass
-of its own (kernels/gelu_quantize.py: 67 MB written and read again a layer at BGE-M3's
-[8,192, 4,096]). With the row's scale known before the product (Fp8Mlp takes a bound on the
-row's largest |gelu(y)|), the epilogue writes e4m3 directly.
+Why the up product's epilogue: a row-wise scale from the row's own largest magnitude needs all
+N columns, which no product tile holds, so the engine used to write the up product's bf16
+output and read it back in a GELU-and-quantize pass of its own (67 MB written and read again a
+layer at BGE-M3's [8,192, 4,096]). With the row's scale known before the product (Fp8Mlp takes
+a bound on the row's largest |gelu(y)|), the epilogue writes e4m3 directly: on an H100 BGE-M3's
+FP8 MLP took 143.8 µs against the pass's 175.9 at 8,192 tokens, and the engine's float8 bulk
+2,120 against 1,966 emb/s (docs/benchmarks.md, "The FP8 MLP's GELU in the up product's
+epilogue").
 
 `up_gelu_quantize` runs the Triton kernel for CUDA tensors (through the
 `hedgerow::fp8_up_gelu_quantize` custom op, whose fake implementation lets torch.compile trace
@@ -25,7 +31,16 @@ imported only when a CUDA tensor arrives. Knows nothing about models.
 import torch
 import torch.nn.functional as F
 
-from .gelu_quantize import APPROXIMATIONS, FP8, FP8_MAX
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448
+APPROXIMATIONS = ("none", "tanh")  # torch.nn.GELU's names
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (e4m3 values [M, K], float32 scales [M, 1]) with x ~ values * scales. A row
+    of zeros gets the smallest scale instead of 0/0; a row with inf or NaN stays non-finite."""
+    scale = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / FP8_MAX
+    return (x.float() / scale).to(FP8), scale
 
 
 def up_gelu_quantize_reference(x_values: torch.Tensor, x_scales: torch.Tensor,

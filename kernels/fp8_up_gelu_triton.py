@@ -17,13 +17,13 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .gelu_quantize import FP8_MAX as _FP8_MAX
+from .fp8_up_gelu import FP8_MAX as _FP8_MAX
 
 FP8_MAX = tl.constexpr(_FP8_MAX)  # a kernel reads only constexpr globals
-# The fastest tiles of `benchmarks/fp8_up_gelu_gpu.py --sweep` at BGE-M3's [16,384, 4,096] on
-# one NVIDIA H100.
+# The fastest of `benchmarks/fp8_up_gelu_gpu.py --sweep` at BGE-M3's [16,384, 4,096] on one
+# NVIDIA H100: 137 µs, against 154 for the same tiles one program a tile.
 CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3,
-          "num_warps": 4, "PROGRAMS_PER_SM": 0}
+          "num_warps": 4, "PROGRAMS_PER_SM": 2}
 
 
 @triton.jit

@@ -5,8 +5,8 @@ The tensor cores sum e4m3 products in their own order and precision (on Hopper i
 accumulator, as the engine's cuBLAS products do) and the tanh GELU takes the hardware's
 tanh.approx, the reference float32 throughout, so a value on an e4m3 rounding boundary may
 round the other way (1.1-1.7 % of the bytes on an H100), and one whose sum cancels may move a
-little more: bytes must match almost everywhere, and every value lie within a sixteenth of
-itself or two e4m3 units (of 448) of the reference's.
+little more: bytes must match almost everywhere, and every value lie within one e4m3 step
+(an eighth of itself at most) or two e4m3 units (of 448) of the reference's.
 """
 
 from unittest import mock
@@ -19,9 +19,8 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
     pytest.skip("needs CUDA with FP8 tensor cores", allow_module_level=True)
 
 from hedgerow.kernels import fp8_up_gelu_triton  # noqa: E402
-from hedgerow.kernels.fp8_up_gelu import (up_gelu_quantize,  # noqa: E402
+from hedgerow.kernels.fp8_up_gelu import (quantize_rows, up_gelu_quantize,  # noqa: E402
                                           up_gelu_quantize_reference)
-from hedgerow.kernels.gelu_quantize import quantize_rows  # noqa: E402
 
 
 def _operands(rows, depth, width, bias=True, seed=0):
@@ -46,13 +45,15 @@ def _assert_matches(operands, approximate):
     kept = ~want_f.isnan()
     differ = values.view(torch.uint8)[kept] != want.view(torch.uint8)[kept]
     assert differ.float().mean().item() <= 0.05, differ.float().mean().item()
+    # one e4m3 step is at most an eighth of the value, at the bottom of its binade
     gap = (got_f[kept] - want_f[kept]).abs()
-    assert (gap <= want_f[kept].abs() / 16 + 2).all(), gap.max()
+    largest = torch.maximum(got_f[kept].abs(), want_f[kept].abs())
+    assert (gap <= largest / 8 + 2).all(), gap.max()
 
 
-@pytest.fixture(params=[0, 1], ids=["a-program-a-tile", "persistent"])
+@pytest.fixture(params=[0, 2], ids=["a-program-a-tile", "persistent"])
 def programs_per_sm(request):
-    """The kernel with one program a tile, and persistent (one program an SM)."""
+    """The kernel with one program a tile, and persistent (two programs an SM)."""
     with mock.patch.dict(fp8_up_gelu_triton.CONFIG, PROGRAMS_PER_SM=request.param):
         yield request.param
 

@@ -12,15 +12,14 @@ to test_fp8_up_gelu_gpu.py, which compares the compiled kernel's bytes on a GPU.
 import pytest
 import torch
 
-from hedgerow.kernels.fp8_up_gelu import up_gelu_quantize, up_gelu_quantize_reference
-from hedgerow.kernels.gelu_quantize import FP8_MAX, quantize_rows
+from hedgerow.kernels.fp8_up_gelu import (FP8_MAX, quantize_rows, up_gelu_quantize,
+                                          up_gelu_quantize_reference)
 
 CHILD = """
 import itertools
 import torch
 from hedgerow.kernels import fp8_up_gelu_triton as k
-from hedgerow.kernels.fp8_up_gelu import up_gelu_quantize_reference
-from hedgerow.kernels.gelu_quantize import quantize_rows
+from hedgerow.kernels.fp8_up_gelu import quantize_rows, up_gelu_quantize_reference
 k.CONFIG.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2)
 torch.manual_seed(0)
 cases = 0
