@@ -83,8 +83,7 @@ def sweep(tokens: int, wrapper) -> list[dict]:
     return [{"us": round(us, 1), **trial} for us, trial in timings[:8]]
 
 
-def cells(tokens: list[int], rounds: int) -> list[dict]:
-    up, down, mlps, wrapper = _mlps()
+def cells(tokens: list[int], rounds: int, up, down, mlps, wrapper) -> list[dict]:
     rows = []
     for t in tokens:
         x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.bfloat16)
@@ -124,11 +123,19 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true",
                         help="time the kernel's tile configurations first and use the fastest")
     args = parser.parse_args()
+    try:
+        tokens = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        parser.error(f"--tokens must be comma-separated integers, got {args.tokens!r}")
+    if min(tokens) < 1 or args.rounds < 1:
+        parser.error("--tokens and --rounds must be positive")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+        parser.error("needs a CUDA GPU with FP8 tensor cores (compute capability 8.9 or newer)")
     args.out.mkdir(parents=True, exist_ok=True)
-    tokens = [int(t) for t in args.tokens.split(",")]
-    result = {"sweep": sweep(max(tokens), _mlps()[3]) if args.sweep else None}
+    up, down, mlps, wrapper = _mlps()
+    result = {"sweep": sweep(max(tokens), wrapper) if args.sweep else None}
     result["config"] = dict(fp8_up_gelu_triton.CONFIG)
-    result["rows"] = cells(tokens, args.rounds)
+    result["rows"] = cells(tokens, args.rounds, up, down, mlps, wrapper)
     (args.out / "fp8_up_gelu_gpu.json").write_text(json.dumps(result, indent=1))
     print(f"\ntiles {result['config']}")
     names = ("up kernel", "up cuBLAS", "mlp bf16", "mlp fp8")
