@@ -18,10 +18,8 @@ replays of 10 calls, the rounds interleaved:
 
 Before timing, the kernel's bytes are checked against its reference, and each MLP's output
 against the float32 MLP (smallest cosine over rows). `--sweep` first times the kernel's tile
-configurations (128-row tiles of 128 columns with 4 warps or 256 with 8: 64 rows, other warp
-counts and one program a tile were slower on an H100; one or two programs an SM; the epilogue
-whole or in two halves; stores per thread or through a tensor descriptor) at the largest token
-count and runs the table with the fastest.
+configurations (128-row tiles: 64 rows were slower on an H100; one program a tile or one or two
+an SM walking the tiles) at the largest token count and runs the table with the fastest.
 Writes OUT/fp8_up_gelu_gpu.json and prints a table last.
 """
 
@@ -69,11 +67,10 @@ def sweep(tokens: int, wrapper) -> list[dict]:
     operands = _up_operands(wrapper, torch.randn(tokens, HIDDEN, device="cuda",
                                                  dtype=torch.bfloat16))
     timings = []
-    for (block_n, warps), stages, per_sm, split, store in itertools.product(
-            ((128, 4), (256, 8)), (3, 4), (1, 2), (1, 2), (False, True)):
+    for block_n, stages, warps, per_sm in itertools.product((128, 256), (3, 4), (4, 8),
+                                                            (0, 1, 2)):
         trial = {"BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": 128, "GROUP_M": 8,
-                 "num_stages": stages, "num_warps": warps, "PROGRAMS_PER_SM": per_sm,
-                 "SPLIT": split, "STORE_TMA": store}
+                 "num_stages": stages, "num_warps": warps, "PROGRAMS_PER_SM": per_sm}
         with mock.patch.dict(fp8_up_gelu_triton.CONFIG, trial):
             try:
                 timings.append((graph_time_us(lambda: up_gelu_quantize(*operands, "tanh"),

@@ -5,9 +5,7 @@ time, the tiles of a group of GROUP_M row blocks next to each other so that thei
 stay in L2. With PROGRAMS_PER_SM set, the kernel is persistent (that many programs an SM, each
 walking the tiles in a loop the compiler flattens, so one tile's loads start during the last
 one's epilogue); with 0, one program a tile. Its operands load through tensor descriptors (TMA)
-on Hopper and later, per thread elsewhere (and in the interpreter); with STORE_TMA the e4m3
-tile is stored through one too. SPLIT 2 runs the epilogue on each half of the tile's columns
-in turn. The epilogue applies the
+on Hopper and later, per thread elsewhere (and in the interpreter). The epilogue applies the
 scales, the bias and the GELU in float32 (on a GPU the tanh GELU takes the hardware's
 tanh.approx, whose error is far under e4m3's rounding), divides by the row's output scale (one
 reciprocal a row, a product an element), clamps to e4m3's range keeping NaNs and stores e4m3.
@@ -25,7 +23,7 @@ FP8_MAX = tl.constexpr(_FP8_MAX)  # a kernel reads only constexpr globals
 # The fastest of `benchmarks/fp8_up_gelu_gpu.py --sweep` at BGE-M3's [16,384, 4,096] on one
 # NVIDIA H100: 137 µs, against 154 for the same tiles one program a tile.
 CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3,
-          "num_warps": 4, "PROGRAMS_PER_SM": 2, "SPLIT": 1, "STORE_TMA": False}
+          "num_warps": 4, "PROGRAMS_PER_SM": 2}
 
 
 @triton.jit
@@ -40,41 +38,10 @@ def _tanh_gelu(y, FAST: tl.constexpr):
 
 
 @triton.jit
-def _finish(acc, first_row, first_column, rows, columns, x_scale_ptr, w_scale_ptr, bias_ptr,
-            out_scale_ptr, values_ptr, HAS_BIAS: tl.constexpr, TANH: tl.constexpr,
-            FAST: tl.constexpr, STORE_TMA: tl.constexpr, BLOCK_M: tl.constexpr,
-            WIDTH: tl.constexpr):
-    """The epilogue of WIDTH columns of a tile from `first_column`: scales, bias, GELU, the
-    row's output scale, the clamp and the e4m3 store."""
-    offs_m = first_row + tl.arange(0, BLOCK_M)
-    offs_n = first_column + tl.arange(0, WIDTH)
-    row_in, column_in = offs_m < rows, offs_n < columns
-    x_scale = tl.load(x_scale_ptr + offs_m, mask=row_in, other=1.0)
-    w_scale = tl.load(w_scale_ptr + offs_n, mask=column_in, other=1.0)
-    y = acc * x_scale[:, None] * w_scale[None, :]
-    if HAS_BIAS:
-        y += tl.load(bias_ptr + offs_n, mask=column_in, other=0.0).to(tl.float32)[None, :]
-    if TANH:
-        g = _tanh_gelu(y, FAST)
-    else:
-        g = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-    inverse = tl.div_rn(1.0, tl.load(out_scale_ptr + offs_m, mask=row_in, other=1.0))
-    scaled = g * inverse[:, None]
-    scaled = tl.minimum(tl.maximum(scaled, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL),
-                        FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
-    if STORE_TMA:  # a tensor descriptor: what lies past an edge is not written
-        values_ptr.store([first_row, first_column], scaled.to(tl.float8e4nv))
-    else:
-        tl.store(values_ptr + offs_m.to(tl.int64)[:, None] * columns + offs_n[None, :],
-                 scaled.to(tl.float8e4nv), mask=row_in[:, None] & column_in[None, :])
-
-
-@triton.jit
 def _up_gelu_quantize_kernel(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, bias_ptr, out_scale_ptr,
                              values_ptr, rows, columns, depth, programs,
                              HAS_BIAS: tl.constexpr, TANH: tl.constexpr, FAST: tl.constexpr,
-                             TMA: tl.constexpr, STORE_TMA: tl.constexpr, SPLIT: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     row_blocks, column_blocks = tl.cdiv(rows, BLOCK_M), tl.cdiv(columns, BLOCK_N)
     in_group = GROUP_M * column_blocks
@@ -83,6 +50,9 @@ def _up_gelu_quantize_kernel(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, bias_ptr, o
         size = min(row_blocks - first, GROUP_M)
         first_row = (first + (tile % in_group) % size) * BLOCK_M
         first_column = ((tile % in_group) // size) * BLOCK_N
+        offs_m = first_row + tl.arange(0, BLOCK_M)
+        offs_n = first_column + tl.arange(0, BLOCK_N)
+        row_in, column_in = offs_m < rows, offs_n < columns
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if TMA:  # x_ptr and w_ptr are tensor descriptors: what lies past an edge loads as 0
             for k in range(0, depth, BLOCK_K):
@@ -90,10 +60,8 @@ def _up_gelu_quantize_kernel(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, bias_ptr, o
                              tl.trans(w_ptr.load([first_column, k])), acc)
         else:
             offs_k = tl.arange(0, BLOCK_K)
-            offs_m = first_row + tl.arange(0, BLOCK_M)
-            offs_n = first_column + tl.arange(0, BLOCK_N)
-            safe_m = tl.where(offs_m < rows, offs_m, 0).to(tl.int64)
-            safe_n = tl.where(offs_n < columns, offs_n, 0).to(tl.int64)
+            safe_m = tl.where(row_in, offs_m, 0).to(tl.int64)
+            safe_n = tl.where(column_in, offs_n, 0).to(tl.int64)
             for k in range(0, depth, BLOCK_K):
                 k_in = (k + offs_k) < depth
                 x = tl.load(x_ptr + safe_m[:, None] * depth + (k + offs_k)[None, :],
@@ -101,19 +69,21 @@ def _up_gelu_quantize_kernel(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, bias_ptr, o
                 w = tl.load(w_ptr + safe_n[:, None] * depth + (k + offs_k)[None, :],
                             mask=k_in[None, :], other=0.0)
                 acc = tl.dot(x, tl.trans(w), acc)
-        if SPLIT == 1:
-            _finish(acc, first_row, first_column, rows, columns, x_scale_ptr, w_scale_ptr,
-                    bias_ptr, out_scale_ptr, values_ptr, HAS_BIAS, TANH, FAST, STORE_TMA,
-                    BLOCK_M, BLOCK_N)
-        else:  # two halves of the columns, one after the other: fewer live registers
-            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)),
-                                              (0, 2, 1)))
-            _finish(left, first_row, first_column, rows, columns, x_scale_ptr, w_scale_ptr,
-                    bias_ptr, out_scale_ptr, values_ptr, HAS_BIAS, TANH, FAST, STORE_TMA,
-                    BLOCK_M, BLOCK_N // 2)
-            _finish(right, first_row, first_column + BLOCK_N // 2, rows, columns, x_scale_ptr,
-                    w_scale_ptr, bias_ptr, out_scale_ptr, values_ptr, HAS_BIAS, TANH, FAST,
-                    STORE_TMA, BLOCK_M, BLOCK_N // 2)
+        x_scale = tl.load(x_scale_ptr + offs_m, mask=row_in, other=1.0)
+        w_scale = tl.load(w_scale_ptr + offs_n, mask=column_in, other=1.0)
+        y = acc * x_scale[:, None] * w_scale[None, :]
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + offs_n, mask=column_in, other=0.0).to(tl.float32)[None, :]
+        if TANH:
+            g = _tanh_gelu(y, FAST)
+        else:
+            g = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+        inverse = tl.div_rn(1.0, tl.load(out_scale_ptr + offs_m, mask=row_in, other=1.0))
+        scaled = g * inverse[:, None]
+        scaled = tl.minimum(tl.maximum(scaled, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL),
+                            FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+        tl.store(values_ptr + offs_m.to(tl.int64)[:, None] * columns + offs_n[None, :],
+                 scaled.to(tl.float8e4nv), mask=row_in[:, None] & column_in[None, :])
 
 
 def _use_tma(x: torch.Tensor) -> bool:
@@ -130,16 +100,12 @@ def up_gelu_quantize_triton(x_values, x_scales, weight_values, weight_scales, bi
     if rows == 0 or columns == 0:
         return values
     config = dict(CONFIG)
-    per_sm, store_tma = config.pop("PROGRAMS_PER_SM"), config.pop("STORE_TMA")
-    x, w, out = x_values.contiguous(), weight_values.contiguous(), values
+    per_sm = config.pop("PROGRAMS_PER_SM")
+    x, w = x_values.contiguous(), weight_values.contiguous()
     tma = _use_tma(x)
     if tma:
         x = TensorDescriptor.from_tensor(x, [config["BLOCK_M"], config["BLOCK_K"]])
         w = TensorDescriptor.from_tensor(w, [config["BLOCK_N"], config["BLOCK_K"]])
-    store_tma = store_tma and tma and columns % 16 == 0
-    if store_tma:
-        out = TensorDescriptor.from_tensor(
-            values, [config["BLOCK_M"], config["BLOCK_N"] // config["SPLIT"]])
     tiles = triton.cdiv(rows, config["BLOCK_M"]) * triton.cdiv(columns, config["BLOCK_N"])
     programs = tiles
     if per_sm:  # off a GPU (the interpreter) as if on one SM
@@ -148,7 +114,6 @@ def up_gelu_quantize_triton(x_values, x_scales, weight_values, weight_scales, bi
         programs = min(tiles, per_sm * sms)
     _up_gelu_quantize_kernel[(programs,)](
         x, x_scales.contiguous(), w, weight_scales.contiguous(), bias, out_scales.contiguous(),
-        out, rows, columns, depth, programs, HAS_BIAS=bias is not None,
-        TANH=approximate == "tanh", FAST=x_values.is_cuda, TMA=tma, STORE_TMA=store_tma,
-        **config)
+        values, rows, columns, depth, programs, HAS_BIAS=bias is not None,
+        TANH=approximate == "tanh", FAST=x_values.is_cuda, TMA=tma, **config)
     return values

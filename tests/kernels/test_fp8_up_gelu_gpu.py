@@ -51,12 +51,10 @@ def _assert_matches(operands, approximate):
     assert (gap <= largest / 8 + 2).all(), gap.max()
 
 
-@pytest.fixture(params=[{}, {"PROGRAMS_PER_SM": 0}, {"SPLIT": 2, "STORE_TMA": True}],
-                ids=["default", "a-program-a-tile", "halves-stored-by-tma"])
-def config(request):
-    """The kernel as configured, with one program a tile, and with its epilogue in two halves
-    stored through a tensor descriptor."""
-    with mock.patch.dict(fp8_up_gelu_triton.CONFIG, request.param):
+@pytest.fixture(params=[0, 2], ids=["a-program-a-tile", "persistent"])
+def programs_per_sm(request):
+    """The kernel with one program a tile, and persistent (two programs an SM)."""
+    with mock.patch.dict(fp8_up_gelu_triton.CONFIG, PROGRAMS_PER_SM=request.param):
         yield request.param
 
 
@@ -66,7 +64,8 @@ def config(request):
     (130, 80, 200, True),   # K and N not multiples of the tiles (tensor descriptors on Hopper)
     (7, 40, 24, False),     # rows of 40 bytes: not 16-byte aligned, per-thread loads
 ])
-def test_the_kernel_matches_its_reference(rows, depth, width, bias, approximate, config):
+def test_the_kernel_matches_its_reference(rows, depth, width, bias, approximate,
+                                          programs_per_sm):
     _assert_matches(_operands(rows, depth, width, bias, seed=rows), approximate)
 
 
