@@ -243,28 +243,52 @@ from tests.conftest import child_env, free_port  # noqa: E402  (shared process h
 
 class Child:
     """A `hedgerow ...` child process with its log in a file; `env`: variables (HEDGEROW_*
-    settings, say) on top of child_env()'s."""
+    settings, say) on top of child_env()'s.
+
+    free_port() picks a port that was free a moment ago; before the child binds it, another
+    socket (an outgoing connection of this harness, say) may take it. A child that exits saying
+    its port is in use is started again on new ports, up to PORT_RETRIES times, where
+    `_args_on_new_ports` gives a command line (the real server and gateway below)."""
+
+    PORT_RETRIES = 3
 
     def __init__(self, log_path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        self._env = {**child_env(), **(env or {})}
+        self._log = open(log_path, "wb")
+        self._spawn(args)
+
+    def _spawn(self, args) -> None:
         import subprocess
 
         from tests.conftest import hedgerow_command
 
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(hedgerow_command(*args), env={**child_env(), **(env or {})},
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(hedgerow_command(*args), env=self._env, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+
+    def _args_on_new_ports(self) -> tuple[str, ...] | None:
+        """The command line again on newly picked ports; None for a child that picks none."""
+        return None
 
     def log_text(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def wait_until(self, ready, what: str) -> None:
+        import re
+
         deadline = time.monotonic() + START_TIMEOUT_S
+        retries = self.PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"
-                                     f"{self.log_text()}")
+                port_taken = re.search(r"cannot listen .*in use", self.log_text())
+                args = self._args_on_new_ports() if port_taken and retries else None
+                if args is None:
+                    raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"
+                                         f"{self.log_text()}")
+                retries -= 1
+                self._spawn(args)
+                continue
             if ready():
                 return
             time.sleep(0.1)
@@ -294,10 +318,14 @@ class RealServer(Child):
     """`hedgerow server` on loopback free ports, the packaged model on CPU."""
 
     def __init__(self, log_path, *flags: str) -> None:
+        self._flags = flags
+        super().__init__(log_path, *self._args_on_new_ports())
+
+    def _args_on_new_ports(self) -> tuple[str, ...]:
         self.port, self.http_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
-        super().__init__(log_path, "server", "--host", "127.0.0.1", "--port", str(self.port),
-                         "--http-port", str(self.http_port), "--dtype", "float32", *flags)
+        return ("server", "--host", "127.0.0.1", "--port", str(self.port), "--http-port",
+                str(self.http_port), "--dtype", "float32", *self._flags)
 
     def serving(self) -> bool:
         return server_serving(self.address)
@@ -322,10 +350,14 @@ class RealGateway(Child):
     def __init__(self, log_path, servers, *flags: str, auth: dict | None = None,
                  env: dict[str, str] | None = None) -> None:
         self.auth = auth
+        self._servers, self._flags = servers, flags
+        super().__init__(log_path, *self._args_on_new_ports(), env=env)
+
+    def _args_on_new_ports(self) -> tuple[str, ...]:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        super().__init__(log_path, "gateway", "--servers", ",".join(servers), "--port",
-                         str(self.port), "--health-interval", "0.2", *flags, env=env)
+        return ("gateway", "--servers", ",".join(self._servers), "--port", str(self.port),
+                "--health-interval", "0.2", *self._flags)
 
     def ready_replicas(self) -> int:
         import httpx
