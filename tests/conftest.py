@@ -5,6 +5,7 @@ repository root on sys.path, where operator/ would shadow the standard library.
 """
 
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -35,10 +36,17 @@ def child_env() -> dict[str, str]:
 
 
 def free_port() -> int:
-    """A TCP port on loopback that was free a moment ago."""
+    """A TCP port on loopback that was free a moment ago. Before a child binds it, another
+    socket (an outgoing connection of the harness, say) may take it: the child harnesses
+    start a child again on new ports when its log says so (PORT_TAKEN)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# What `hedgerow server` and `hedgerow gateway` print when a port they were given is taken.
+PORT_TAKEN = re.compile(r"cannot listen .*in use")
+PORT_RETRIES = 3  # new ports a child harness tries before it reports the failure
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

@@ -238,19 +238,17 @@ def gateway_factory(standins):
 START_TIMEOUT_S = 180.0
 
 
-from tests.conftest import child_env, free_port  # noqa: E402  (shared process helpers)
+from tests.conftest import (PORT_RETRIES, PORT_TAKEN, child_env,  # noqa: E402
+                            free_port)
 
 
 class Child:
     """A `hedgerow ...` child process with its log in a file; `env`: variables (HEDGEROW_*
     settings, say) on top of child_env()'s.
 
-    free_port() picks a port that was free a moment ago; before the child binds it, another
-    socket (an outgoing connection of this harness, say) may take it. A child that exits saying
-    its port is in use is started again on new ports, up to PORT_RETRIES times, where
-    `_args_on_new_ports` gives a command line (the real server and gateway below)."""
-
-    PORT_RETRIES = 3
+    A child that exits saying its port is taken (PORT_TAKEN: see free_port) is started again
+    on new ports, up to PORT_RETRIES times, where `_args_on_new_ports` gives a command line
+    (the real server and gateway below)."""
 
     def __init__(self, log_path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
@@ -275,13 +273,11 @@ class Child:
         return self.log_path.read_text(errors="replace")
 
     def wait_until(self, ready, what: str) -> None:
-        import re
-
         deadline = time.monotonic() + START_TIMEOUT_S
-        retries = self.PORT_RETRIES
+        retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                port_taken = re.search(r"cannot listen .*in use", self.log_text())
+                port_taken = PORT_TAKEN.search(self.log_text())
                 args = self._args_on_new_ports() if port_taken and retries else None
                 if args is None:
                     raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"

@@ -18,7 +18,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.wire import embed_pb2
-from tests.conftest import child_env, free_port, hedgerow_command, metric_value
+from tests.conftest import (PORT_RETRIES, PORT_TAKEN, child_env, free_port, hedgerow_command,
+                            metric_value)
 
 START_TIMEOUT_S = 120.0
 # The float32 references these tests compare against; a test may pass its own --dtype after.
@@ -49,13 +50,17 @@ class ServerProcess:
     """One `hedgerow server` child process on loopback."""
 
     def __init__(self, *flags: str, log_path) -> None:
-        self.port, self.http_port = free_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self._flags = flags
         self.log_path = log_path
         self._log = open(log_path, "wb")
+        self._spawn_on_new_ports()
+
+    def _spawn_on_new_ports(self) -> None:
+        self.port, self.http_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             hedgerow_command("server", "--host", "127.0.0.1", "--port", str(self.port),
-                             "--http-port", str(self.http_port), *DTYPE, *flags),
+                             "--http-port", str(self.http_port), *DTYPE, *self._flags),
             env=child_env(), stdout=self._log, stderr=subprocess.STDOUT,
         )
 
@@ -73,11 +78,18 @@ class ServerProcess:
                 return None
 
     def wait_serving(self) -> None:
+        """Until SERVING; a server whose port was taken (PORT_TAKEN) starts again on new
+        ports, up to PORT_RETRIES times."""
         deadline = time.monotonic() + START_TIMEOUT_S
+        retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"server exited with {self.proc.returncode}:\n{self.log_text()}")
+                if not (retries and PORT_TAKEN.search(self.log_text())):
+                    raise AssertionError(
+                        f"server exited with {self.proc.returncode}:\n{self.log_text()}")
+                retries -= 1
+                self._spawn_on_new_ports()
+                continue
             if self.health() == health_pb2.HealthCheckResponse.SERVING:
                 return
             time.sleep(0.1)
