@@ -250,6 +250,8 @@ class Child:
     on new ports, up to PORT_RETRIES times, where `_args_on_new_ports` gives a command line
     (the real server and gateway below)."""
 
+    _spawned_at = 0  # where the log of the latest start begins
+
     def __init__(self, log_path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         self._env = {**child_env(), **(env or {})}
@@ -261,6 +263,8 @@ class Child:
 
         from tests.conftest import hedgerow_command
 
+        self._log.flush()
+        self._spawned_at = self._log.tell()
         self.proc = subprocess.Popen(hedgerow_command(*args), env=self._env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
 
@@ -272,12 +276,16 @@ class Child:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def log_since_spawn(self) -> str:
+        self._log.flush()
+        return self.log_path.read_bytes()[self._spawned_at:].decode(errors="replace")
+
     def wait_until(self, ready, what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                port_taken = PORT_TAKEN.search(self.log_text())
+                port_taken = PORT_TAKEN.search(self.log_since_spawn())
                 args = self._args_on_new_ports() if port_taken and retries else None
                 if args is None:
                     raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"

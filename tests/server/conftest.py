@@ -58,6 +58,8 @@ class ServerProcess:
     def _spawn_on_new_ports(self) -> None:
         self.port, self.http_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self._log.flush()
+        self._spawned_at = self._log.tell()  # this start's part of the log begins here
         self.proc = subprocess.Popen(
             hedgerow_command("server", "--host", "127.0.0.1", "--port", str(self.port),
                              "--http-port", str(self.http_port), *DTYPE, *self._flags),
@@ -84,7 +86,8 @@ class ServerProcess:
         retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                if not (retries and PORT_TAKEN.search(self.log_text())):
+                since_spawn = self.log_path.read_bytes()[self._spawned_at:]
+                if not (retries and PORT_TAKEN.search(since_spawn.decode(errors="replace"))):
                     raise AssertionError(
                         f"server exited with {self.proc.returncode}:\n{self.log_text()}")
                 retries -= 1
