@@ -131,12 +131,17 @@ class Fp8Mlp(nn.Module):
         if x.shape[0] < self.min_tokens:
             return self.down(self.up(x))
         x_values, x_scales = quantize_rows(x)
-        reach = x.float().norm(dim=1, keepdim=True) * self.up_reach + self.up_bias_reach
-        scales = reach.clamp(min=1e-12) / FP8_MAX
+        scales = self.up_scales(x)
         values = up_gelu_quantize(x_values, x_scales, self.up_fp8, self.up_scale,
                                   _gelu_product(self.up)[1], scales, self.approximate)
         return _product(values, scales, self.down_fp8, self.down_scale, self.down.bias, x.dtype,
                         self.fast_accum)
+
+    def up_scales(self, x: torch.Tensor) -> torch.Tensor:
+        """The up product's output scale of each row of x [M, K], [M, 1] float32: the bound
+        on the row's largest |gelu(y)| (REACH_MARGIN) over e4m3's largest value."""
+        reach = x.float().norm(dim=1, keepdim=True) * self.up_reach + self.up_bias_reach
+        return reach.clamp(min=1e-12) / FP8_MAX
 
     def extra_repr(self) -> str:
         return f"gelu={self.approximate}, fp8_from_tokens={self.min_tokens}"

@@ -49,6 +49,12 @@ PORT_TAKEN = re.compile(r"cannot listen .*in use")
 PORT_RETRIES = 3  # new ports a child harness tries before it reports the failure
 
 
+def says_port_taken(log_path: Path, since: int) -> bool:
+    """Whether a child's log, from byte `since` (where its latest start began), says a port
+    it was given is taken."""
+    return PORT_TAKEN.search(log_path.read_bytes()[since:].decode(errors="replace")) is not None
+
+
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of `name` in Prometheus text `text` whose labels include
     `labels` (0.0 when there is none): a counter's value whatever other labels it carries."""

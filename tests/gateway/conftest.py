@@ -238,15 +238,15 @@ def gateway_factory(standins):
 START_TIMEOUT_S = 180.0
 
 
-from tests.conftest import (PORT_RETRIES, PORT_TAKEN, child_env,  # noqa: E402
-                            free_port)
+from tests.conftest import (PORT_RETRIES, child_env, free_port,  # noqa: E402
+                            says_port_taken)
 
 
 class Child:
     """A `hedgerow ...` child process with its log in a file; `env`: variables (HEDGEROW_*
     settings, say) on top of child_env()'s.
 
-    A child that exits saying its port is taken (PORT_TAKEN: see free_port) is started again
+    A child that exits saying its port is taken (says_port_taken: see free_port) is started again
     on new ports, up to PORT_RETRIES times, where `_args_on_new_ports` gives a command line
     (the real server and gateway below)."""
 
@@ -276,16 +276,13 @@ class Child:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
-    def log_since_spawn(self) -> str:
-        self._log.flush()
-        return self.log_path.read_bytes()[self._spawned_at:].decode(errors="replace")
-
     def wait_until(self, ready, what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                port_taken = PORT_TAKEN.search(self.log_since_spawn())
+                self._log.flush()
+                port_taken = says_port_taken(self.log_path, self._spawned_at)
                 args = self._args_on_new_ports() if port_taken and retries else None
                 if args is None:
                     raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"

@@ -18,8 +18,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hedgerow.wire import embed_pb2
-from tests.conftest import (PORT_RETRIES, PORT_TAKEN, child_env, free_port, hedgerow_command,
-                            metric_value)
+from tests.conftest import (PORT_RETRIES, child_env, free_port, hedgerow_command,
+                            metric_value, says_port_taken)
 
 START_TIMEOUT_S = 120.0
 # The float32 references these tests compare against; a test may pass its own --dtype after.
@@ -80,14 +80,14 @@ class ServerProcess:
                 return None
 
     def wait_serving(self) -> None:
-        """Until SERVING; a server whose port was taken (PORT_TAKEN) starts again on new
+        """Until SERVING; a server whose port was taken (says_port_taken) starts again on new
         ports, up to PORT_RETRIES times."""
         deadline = time.monotonic() + START_TIMEOUT_S
         retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                since_spawn = self.log_path.read_bytes()[self._spawned_at:]
-                if not (retries and PORT_TAKEN.search(since_spawn.decode(errors="replace"))):
+                self._log.flush()
+                if not (retries and says_port_taken(self.log_path, self._spawned_at)):
                     raise AssertionError(
                         f"server exited with {self.proc.returncode}:\n{self.log_text()}")
                 retries -= 1
