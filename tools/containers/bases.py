@@ -4,9 +4,9 @@ local stand-ins built from the Debian archive when none does.
 A stand-in gives the Dockerfiles what they ask of a base and nothing else: Debian bookworm
 (from `debootstrap --variant=minbase`, committed FROM scratch), Python 3.11 with pip as
 `python` on PATH, like python:3.11-slim-bookworm; and for the server, that plus CPU torch
-2.13.0, like pytorch/pytorch with its CUDA build. They serve the smoke test on a machine that
-reaches PyPI and the Debian archive but no container registry. Owns nothing else: which
-images to build and how to test them live beside it.
+2.13.0 and the CUDA base's cuda-bindings, like pytorch/pytorch with its CUDA build. They serve
+the smoke test on a machine that reaches PyPI and the Debian archive but no container registry.
+Owns nothing else: which images to build and how to test them live beside it.
 """
 
 import os
@@ -22,9 +22,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 WORK = ROOT / "build" / "images"
 STANDIN_PYTHON = "localhost/hedgerow-standin-python:3.11-bookworm"
-STANDIN_TORCH = "localhost/hedgerow-standin-torch:2.13.0-cpu"
-# The torch the stand-in carries: the CPU build the Makefile installs, fetched the same way.
+# The torch the stand-in carries: the CPU build the Makefile installs, fetched the same way; and
+# the CUDA packages that the default TORCH_IMAGE's torch (2.11.0, CUDA 13.0) brings with it.
 TORCH_CPU = "torch==2.13.0"
+CUDA_PACKAGES = ("cuda-bindings==13.3.1", "cuda-pathfinder==1.8.1")
+# The tag names what the stand-in holds, so a store keeping an older stand-in builds this one.
+STANDIN_TORCH = "localhost/hedgerow-standin-torch:2.13.0-cpu-cuda-bindings-13.3.1"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 
@@ -100,6 +103,7 @@ def torch_standin(builder: Builder, mirror: str) -> str:
     shutil.copyfile(ROOT / "constraints.txt", context / "constraints.txt")
     say(f"building {STANDIN_TORCH}")
     run(builder.build_command(HERE / "standin-torch.Containerfile", STANDIN_TORCH, context,
-                              {"PYTHON_IMAGE": python}))
+                              {"PYTHON_IMAGE": python,
+                               "CUDA_PACKAGES": " ".join(CUDA_PACKAGES)}))
     shutil.rmtree(context)
     return STANDIN_TORCH
