@@ -1,12 +1,12 @@
 """`hedgerow serve`: the local all-in-one stack, one server and the gateway, in one command.
 
 Owns the two child processes' lives: pick the server's ports (50051 and 9090 when free, any free
-ports otherwise), start `hedgerow server` and wait until its gRPC health says SERVING, start
-`hedgerow gateway` in front of it and wait until /readyz answers 200, print where to send requests,
-and on Ctrl-C or SIGTERM stop the gateway, then the server, and exit 0. The children run in their
-own process groups so a terminal's Ctrl-C reaches only this process, which stops them in order;
-each stops by itself if this process is killed outright. Knows nothing about models or HTTP routes
-beyond those two probes.
+ports otherwise, picked again if another process takes one before the server binds it), start
+`hedgerow server` and wait until its gRPC health says SERVING, start `hedgerow gateway` in front of
+it and wait until /readyz answers 200, print where to send requests, and on Ctrl-C or SIGTERM stop
+the gateway, then the server, and exit 0. The children run in their own process groups so a
+terminal's Ctrl-C reaches only this process, which stops them in order; each stops by itself if
+this process is killed outright. Knows nothing about models or HTTP routes beyond those two probes.
 """
 
 import argparse
@@ -42,6 +42,7 @@ log = logging.getLogger("hedgerow.serve")
 DEFAULT_GRPC_PORT = 50051
 DEFAULT_METRICS_PORT = 9090
 POLL_S = 0.2
+PORT_ATTEMPTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +200,43 @@ def gateway_ready(url: str) -> bool:
         return False
 
 
+def start_server(stack: Stack, model: list[str]) -> str | None:
+    """Start the server and wait until it is SERVING: its gRPC address, or None when asked to
+    stop first. A port picked here, free a moment before, can be taken by another process
+    before the server binds it: the server exits saying so, and its ports are picked again
+    (PORT_ATTEMPTS starts at most). Ports asked for are checked by `run` and never re-picked."""
+    config = stack.config
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        grpc_port = pick_port("127.0.0.1", config.server_port, DEFAULT_GRPC_PORT, {config.port})
+        http_port = pick_port("127.0.0.1", config.server_http_port, DEFAULT_METRICS_PORT,
+                              {config.port, grpc_port})
+        address = f"127.0.0.1:{grpc_port}"
+        say(f"starting the server on {address} (model "
+            f"{config.model or 'all-MiniLM-L6-v2, packaged'}, {config.device}; metrics on "
+            f"http://127.0.0.1:{http_port}/metrics)")
+        server = stack.start(
+            "server", "server", *model, "--host", "127.0.0.1", "--port", str(grpc_port),
+            "--http-port", str(http_port), "--device", config.device, "--dtype", config.dtype,
+            "--task", config.task,
+            "--log-level", config.log_level, "--log-format", config.log_format)
+        try:
+            if not stack.wait_until("server", server, lambda: server_serving(address)):
+                return None
+        except HedgerowError:
+            picked = [port for port, asked in ((grpc_port, config.server_port),
+                                               (http_port, config.server_http_port)) if not asked]
+            taken = [port for port in picked if not port_free("127.0.0.1", port)]
+            if server.poll() is None or not taken or attempt == PORT_ATTEMPTS:
+                raise
+            stack.children.remove(("server", server))
+            say(f"port {taken[0]} was taken by another process while the server started; "
+                "picking other ports")
+            continue
+        say(f"the server (pid {server.pid}) is SERVING; starting the gateway")
+        return address
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def run(args: argparse.Namespace) -> int:
     config = settings.load(ServeSettings, args)
     logs.configure(config.log_level, config.log_format)
@@ -216,27 +254,15 @@ def run(args: argparse.Namespace) -> int:
         if port and not port_free("127.0.0.1", port):
             raise ConfigError(f"{flag} {port} is in use on 127.0.0.1; stop what holds it or "
                               f"pick another {flag}")
-    grpc_port = pick_port("127.0.0.1", config.server_port, DEFAULT_GRPC_PORT, {config.port})
-    http_port = pick_port("127.0.0.1", config.server_http_port, DEFAULT_METRICS_PORT,
-                          {config.port, grpc_port})
     model = ["--model", str(config.model)] if config.model else []
-    server_address = f"127.0.0.1:{grpc_port}"
     url = f"http://{host_port(config.host, config.port)}"
 
     stack = Stack(config)
     previous = {signum: signal.signal(signum, lambda *_: stack.stopping.set())
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        say(f"starting the server on {server_address} (model "
-            f"{config.model or 'all-MiniLM-L6-v2, packaged'}, {config.device}; metrics on "
-            f"http://127.0.0.1:{http_port}/metrics)")
-        server = stack.start(
-            "server", "server", *model, "--host", "127.0.0.1", "--port", str(grpc_port),
-            "--http-port", str(http_port), "--device", config.device, "--dtype", config.dtype,
-            "--task", config.task,
-            "--log-level", config.log_level, "--log-format", config.log_format)
-        if stack.wait_until("server", server, lambda: server_serving(server_address)):
-            say(f"the server (pid {server.pid}) is SERVING; starting the gateway")
+        server_address = start_server(stack, model)
+        if server_address is not None:
             gateway = stack.start(
                 "gateway", "gateway", *model, "--servers", server_address,
                 "--host", config.host, "--port", str(config.port),

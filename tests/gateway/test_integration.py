@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -17,6 +18,7 @@ import openai
 import pytest
 from openai import OpenAI
 
+from hedgerow.commands import serve
 from tests.conftest import hedgerow_command
 
 pytestmark = pytest.mark.slow
@@ -305,3 +307,38 @@ def test_killing_hedgerow_serve_outright_stops_its_children(tmp_path, subprocess
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert not survivors, log_path.read_text()
+
+
+def test_serve_picks_other_ports_when_another_process_takes_its_pick_first(
+        monkeypatch, subprocess_env, capfd):
+    """The race between picking a free port and the server binding it, made certain: the first
+    gRPC port picked is one this test holds, as another process could have taken it meanwhile.
+    The server exits saying the port is in use; serve picks again and the stack comes up."""
+    for key in [key for key in os.environ if key.startswith("HEDGEROW_")]:
+        monkeypatch.delenv(key)
+    for key, value in subprocess_env.items():
+        monkeypatch.setenv(key, value)
+    real_pick, picks = serve.pick_port, []
+
+    def pick(host, asked, preferred, avoid):
+        first_grpc = not picks and preferred == serve.DEFAULT_GRPC_PORT
+        picks.append(held.getsockname()[1] if first_grpc else
+                     real_pick(host, asked, preferred, avoid))
+        return picks[-1]
+
+    monkeypatch.setattr(serve, "pick_port", pick)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        stack = serve.Stack(serve.ServeSettings(port=conftest.free_port()))
+        try:
+            address = serve.start_server(stack, [])
+            assert address == f"127.0.0.1:{picks[2]}" and picks[2] != picks[0]
+            assert [name for name, _ in stack.children] == ["server"]
+            assert serve.server_serving(address)
+        finally:
+            stack.stop()
+    err = capfd.readouterr().err
+    assert f"cannot listen for gRPC on 127.0.0.1:{picks[0]}" in err
+    assert f"port {picks[0]} was taken by another process while the server started" in err
+    assert "is SERVING" in err and "Traceback" not in err
