@@ -206,7 +206,8 @@ def start_server(stack: Stack, model: list[str]) -> str | None:
     before the server binds it: the server exits saying so, and its ports are picked again
     (PORT_ATTEMPTS starts at most). Ports asked for are checked by `run` and never re-picked."""
     config = stack.config
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         grpc_port = pick_port("127.0.0.1", config.server_port, DEFAULT_GRPC_PORT, {config.port})
         http_port = pick_port("127.0.0.1", config.server_http_port, DEFAULT_METRICS_PORT,
                               {config.port, grpc_port})
@@ -231,10 +232,10 @@ def start_server(stack: Stack, model: list[str]) -> str | None:
             stack.children.remove(("server", server))
             say(f"port {taken[0]} was taken by another process while the server started; "
                 "picking other ports")
+            attempt += 1
             continue
         say(f"the server (pid {server.pid}) is SERVING; starting the gateway")
         return address
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -250,8 +250,6 @@ class Child:
     on new ports, up to PORT_RETRIES times, where `_args_on_new_ports` gives a command line
     (the real server and gateway below)."""
 
-    _spawned_at = 0  # where the log of the latest start begins
-
     def __init__(self, log_path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         self._env = {**child_env(), **(env or {})}
@@ -264,7 +262,7 @@ class Child:
         from tests.conftest import hedgerow_command
 
         self._log.flush()
-        self._spawned_at = self._log.tell()
+        self._spawned_at = self._log.tell()  # where the log of this start begins
         self.proc = subprocess.Popen(hedgerow_command(*args), env=self._env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
 
