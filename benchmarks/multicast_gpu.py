@@ -4,11 +4,11 @@
 
 The resident kernel (kernels/resident_layers.py) runs each product at 1 x 128 as one program an
 SM, and every program reads the whole activation ([128, 1,024] bf16, 256 KB) from L2, then all
-meet at a barrier. `layer_chain_gpu.py --barriers` put that read plus barrier at 8.0 µs against
-1.2 for the barrier alone on an H100: 132 x 256 KB at about 5 TB/s, the L2's own rate. Triton
-3.6 (torch 2.11's) cannot share a load between SMs; a cluster can: each CTA loads a share of the
-bytes with `cp.async.bulk ... multicast::cluster` and every CTA of the cluster receives all of
-them. This probe (CuTe DSL, which the server image's FlashAttention 4 brings) times STEPS steps
+meet at a barrier. `layer_chain_gpu.py --barriers` put that read, through pointers, plus the
+barrier at 8.0 µs against 1.2 for the barrier alone on an H100. Triton 3.6 (torch 2.11's)
+cannot share a load between SMs; a cluster can: each CTA loads a share of the bytes with
+`cp.async.bulk ... multicast::cluster` and every CTA of the cluster receives all of them. This
+probe (CuTe DSL, which the server image's FlashAttention 4 brings) times STEPS steps
 in one launch, each step every CTA receiving the activation's bytes into shared memory and then
 a grid barrier (an atomic counter, as the resident kernel's), for clusters of 1 (each CTA loads
 everything itself), 2 and 4, and for 0, 64 and 128 KB a step (256 KB does not fit in one SM's
