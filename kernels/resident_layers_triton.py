@@ -98,21 +98,6 @@ def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
 
 
 @triton.jit
-def _prefetch_l2(w_ptr, w_row0, N, K, pid, programs, BN: tl.constexpr, SPLIT: tl.constexpr):
-    """Ask L2 for the weight rows of this program's tiles of a product (_product's order), one
-    bulk prefetch a row: issued a step or more before the product, their HBM reads overlap the
-    steps and barriers in between."""
-    tiles = N // BN
-    k_len = K // SPLIT
-    nbytes = tl.full([BN], k_len * (w_ptr.dtype.element_ty.primitive_bitwidth // 8), tl.int32)
-    for item in range(pid, tiles * SPLIT, programs):
-        rows = (w_row0 + (item % tiles) * BN + tl.arange(0, BN)).to(tl.int64)
-        tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2;\n mov.u32 $0, 0;",
-                                  "=r,l,r", [w_ptr + rows * K + (item // tiles) * k_len, nbytes],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _add_norm(partial_ptr, bias_ptr, residual_ptr, gamma_ptr, beta_ptr, out_ptr, M, N, eps,
               pid, programs, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """out = LayerNorm(sum of the SPLIT partials + bias + residual), row by row."""
@@ -167,28 +152,23 @@ def _attention(qkv_ptr, out_ptr, cu_ptr, seqs, M, H, heads, scale, pid, programs
 @triton.jit
 def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w,
                  down_b, g2, b2, qkv_buf, attn_buf, a_attn, attn_lda, h_buf, a_h, u_buf, a_u,
-                 partial_buf, sync_ptr, qkv_wp, o_wp, up_wp, down_wp, M, H, FF, heads,
-                 layer_count, eps, scale, BM: tl.constexpr, BK: tl.constexpr,
-                 BN_QKV: tl.constexpr, BN_O: tl.constexpr, SPLIT_O: tl.constexpr,
-                 BN_UP: tl.constexpr, BN_DOWN: tl.constexpr, SPLIT_DOWN: tl.constexpr,
-                 BLOCK_H: tl.constexpr, BQ: tl.constexpr, D: tl.constexpr,
+                 partial_buf, sync_ptr, M, H, FF, heads, layer_count, eps, scale,
+                 BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr,
+                 SPLIT_O: tl.constexpr, BN_UP: tl.constexpr, BN_DOWN: tl.constexpr,
+                 SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr, BQ: tl.constexpr, D: tl.constexpr,
                  SEQ_BLOCK: tl.constexpr, TMA: tl.constexpr, FENCE: tl.constexpr,
-                 ATTENTION: tl.constexpr, PREFETCH: tl.constexpr):
+                 ATTENTION: tl.constexpr):
     """Every layer, in place on x [M, H]; `sync_ptr` a zeroed int32. a_* and the weights are
     what the products load from: the buffers and stacked weights ([layers * N, K]) themselves,
     or with TMA their tensor descriptors. Without ATTENTION (benchmarks/layer_chain_gpu.py)
     the attention step is left out and a_attn is the QKV buffer, its first H columns the
-    output product's input. *_wp are the stacked weights as pointers, for PREFETCH: each
-    product's weights asked of L2 a step or more ahead (bulk prefetches, Hopper on)."""
+    output product's input."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     barrier = 1
     for layer in range(layer_count):
         _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
                  pid, programs, BM, BN_QKV, BK, 1, False, False, TMA)
-        if PREFETCH:
-            _prefetch_l2(o_wp, layer * H, H, H, pid, programs, BN_O, SPLIT_O)
-            _prefetch_l2(up_wp, layer * FF, FF, H, pid, programs, BN_UP, 1)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         if ATTENTION:
             _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM,
@@ -196,16 +176,12 @@ def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w,
             barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _product(a_attn, attn_lda, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM,
                  BN_O, BK, SPLIT_O, True, False, TMA)
-        if PREFETCH:
-            _prefetch_l2(down_wp, layer * H, H, FF, pid, programs, BN_DOWN, SPLIT_DOWN)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, o_b + layer * H, x_ptr, g1 + layer * H, b1 + layer * H, h_buf,
                   M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _product(a_h, H, up_w, layer * FF, up_b + layer * FF, u_buf, M, FF, H, pid, programs,
                  BM, BN_UP, BK, 1, False, True, TMA)
-        if PREFETCH and layer + 1 < layer_count:
-            _prefetch_l2(qkv_wp, (layer + 1) * 3 * H, 3 * H, H, pid, programs, BN_QKV, 1)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _product(a_u, FF, down_w, layer * H, down_b, partial_buf, M, H, FF, pid, programs, BM,
                  BN_DOWN, BK, SPLIT_DOWN, True, False, TMA)
@@ -235,8 +211,7 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     sync = torch.zeros(1, device=x.device, dtype=torch.int32)
     attention = tiles.get("ATTENTION", True)
     a = dict(x=y[:m], attn=attn[:m] if attention else qkv[:m], h=h[:m], u=u[:m])
-    flat = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
-    weights = flat
+    weights = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
     tma = tiles["TMA"]
     if tma:
         a = {k: TensorDescriptor.from_tensor(v, [bm, tiles["BK"]]) for k, v in a.items()}
@@ -248,13 +223,11 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
         y, a["x"], cu_seqlens, seqs, weights["qkv_w"], w["qkv_b"], weights["o_w"], w["o_b"],
         w["g1"], w["b1"], weights["up_w"], w["up_b"], weights["down_w"], w["down_b"], w["g2"],
         w["b2"], qkv, attn, a["attn"], hidden if attention else 3 * hidden, h, a["h"], u, a["u"],
-        partial, sync, *flat.values(), m, hidden, ff, heads, layers, eps, head_dim ** -0.5,
-        BM=bm, BK=tiles["BK"],
+        partial, sync, m, hidden, ff, heads, layers, eps, head_dim ** -0.5, BM=bm, BK=tiles["BK"],
         BN_QKV=tiles["BN_QKV"], BN_O=tiles["BN_O"], SPLIT_O=tiles["SPLIT_O"], BN_UP=tiles["BN_UP"],
         BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
         BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"], D=head_dim,
         SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma, FENCE=tma and x.is_cuda,
-        ATTENTION=attention, PREFETCH=tiles.get("PREFETCH", False) and tma and x.is_cuda,
-        num_warps=tiles["warps"], num_stages=tiles["stages"],
+        ATTENTION=attention, num_warps=tiles["warps"], num_stages=tiles["stages"],
         launch_cooperative_grid=x.is_cuda)
     return y[:m], sync
