@@ -1,7 +1,7 @@
 """The GPU engine alone against `transformers` eager, random weights of real shapes, bf16.
 
     python -P benchmarks/engine_gpu.py [--out DIR] [--models DIR] [--attention-sweep]
-                                       [--compile [--compiled-only]] [--variant NAME]...    
+                                       [--compile [--compiled-only]] [--variant NAME]...
                                        [--analysis] [--only bge-m3] [--quick]
 
 Runs on any CUDA machine; the issue's targets are for one H200. In order:
