@@ -142,13 +142,17 @@ class Stack:
         self.children.append((name, child))
         return child
 
-    def wait_until(self, what: str, child: subprocess.Popen, ready) -> bool:
-        """Poll `ready()` until true; False if asked to stop. Raises if the child dies."""
+    def wait_until(self, what: str, ready) -> bool:
+        """Poll `ready()` until the `what` child is ready; False if asked to stop. Raises if any
+        child dies meanwhile: the server dying while the gateway starts would otherwise leave
+        the gateway waiting for a replica until --startup-timeout."""
         deadline = time.monotonic() + self.config.startup_timeout
         while not self.stopping.is_set():
-            if child.poll() is not None:
-                raise HedgerowError(f"the {what} exited with status {child.returncode} while "
-                                    "starting; its log is above")
+            for name, child in self.children:
+                if child.poll() is not None:
+                    during = "while starting" if name == what else f"while the {what} started"
+                    raise HedgerowError(f"the {name} exited with status {child.returncode} "
+                                        f"{during}; its log is above")
             if ready():
                 return True
             if time.monotonic() > deadline:
@@ -221,7 +225,7 @@ def start_server(stack: Stack, model: list[str]) -> str | None:
             "--task", config.task,
             "--log-level", config.log_level, "--log-format", config.log_format)
         try:
-            if not stack.wait_until("server", server, lambda: server_serving(address)):
+            if not stack.wait_until("server", lambda: server_serving(address)):
                 return None
         except HedgerowError:
             picked = [port for port, asked in ((grpc_port, config.server_port),
@@ -268,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
                 "gateway", "gateway", *model, "--servers", server_address,
                 "--host", config.host, "--port", str(config.port),
                 "--log-level", config.log_level, "--log-format", config.log_format)
-            if stack.wait_until("gateway", gateway, lambda: gateway_ready(url)):
+            if stack.wait_until("gateway", lambda: gateway_ready(url)):
                 say(f"the gateway (pid {gateway.pid}) is ready")
                 say(f"ready: POST {url}/v1/embeddings (OpenAI-compatible). Ctrl-C stops.")
                 status = stack.watch()

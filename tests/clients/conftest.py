@@ -8,66 +8,24 @@ for the module. The reference is sentence-transformers on the same model directo
 
 import contextlib
 import importlib.util
-import signal
-import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import child_env, free_port, hedgerow_command
+from tests.children import RealServe
 
 ALIAS = "text-embedding-3-small"
-START_TIMEOUT_S = 180.0
-
-
-class Stack:
-    """`hedgerow serve` on free ports; `flags` are more of its flags (`--model DIR`)."""
-
-    def __init__(self, log_path: Path, *flags: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        env = {**child_env(), "HEDGEROW_SERVED_MODEL_ALIASES": ALIAS}
-        self.proc = subprocess.Popen(
-            hedgerow_command("serve", "--port", str(self.port), "--server-port",
-                             str(free_port()), "--server-http-port", str(free_port()),
-                             "--dtype", "float32", "--log-level", "warning", *flags),
-            env=env, stdout=self._log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"hedgerow serve exited with {self.proc.returncode}:\n"
-                                     f"{self.log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"hedgerow serve not ready:\n{self.log_path.read_text()}")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
 
 
 @contextlib.contextmanager
 def running_stack(tmp_path_factory, *args: str):
     """`hedgerow serve ARGS`, ready, stopped afterwards; its log in a fresh temp dir."""
-    served = Stack(tmp_path_factory.mktemp("serve") / "serve.log", *args)
+    served = RealServe(tmp_path_factory.mktemp("serve") / "serve.log", "--dtype", "float32",
+                       "--log-level", "warning", *args,
+                       env={"HEDGEROW_SERVED_MODEL_ALIASES": ALIAS})
     try:
-        served.wait_ready()
+        served.wait_until(served.ready, "hedgerow serve")
         yield served
     finally:
         served.stop()

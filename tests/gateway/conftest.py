@@ -3,7 +3,7 @@
 `StandIn` stands in for the Hedgerow server (server/) in unit tests of routing, chunking and
 error shapes: it implements the same `hedgerow.v1.Embedder` proto and the standard gRPC health
 service on loopback, with trivial math instead of a model, so these tests need no weights and
-no engine. The integration tests (test_integration.py) run real `hedgerow server` processes.
+no engine. The integration tests run real `hedgerow` processes (tests/children.py).
 
 A stand-in embedding of a sequence is float32 [width]: (length, sum of ids, first id, last id,
 marker, 0, ...), so a test can tell which sequence a row belongs to and check input order, and
@@ -27,10 +27,10 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from hedgerow import settings
-from hedgerow.commands.serve import server_serving
 from hedgerow.gateway.main import build_app, http_server
 from hedgerow.gateway_settings import GatewaySettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
+from tests.conftest import free_port
 
 WIDTH = 384
 VOCAB = 30522
@@ -231,149 +231,3 @@ def gateway_factory(standins):
     yield make
     for live in gateways:
         live.close()
-
-
-# --- Real processes, for test_integration.py -------------------------------------------------
-
-START_TIMEOUT_S = 180.0
-
-
-from tests.conftest import (PORT_RETRIES, child_env, free_port,  # noqa: E402
-                            says_port_taken)
-
-
-class Child:
-    """A `hedgerow ...` child process with its log in a file; `env`: variables (HEDGEROW_*
-    settings, say) on top of child_env()'s.
-
-    A child that exits saying its port is taken (says_port_taken: see free_port) is started again
-    on new ports, up to PORT_RETRIES times, where `_args_on_new_ports` gives a command line
-    (the real server and gateway below)."""
-
-    def __init__(self, log_path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.log_path = log_path
-        self._env = {**child_env(), **(env or {})}
-        self._log = open(log_path, "wb")
-        self._spawn(args)
-
-    def _spawn(self, args) -> None:
-        import subprocess
-
-        from tests.conftest import hedgerow_command
-
-        self._log.flush()
-        self._spawned_at = self._log.tell()  # where the log of this start begins
-        self.proc = subprocess.Popen(hedgerow_command(*args), env=self._env, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
-
-    def _args_on_new_ports(self) -> tuple[str, ...] | None:
-        """The command line again on newly picked ports; None for a child that picks none."""
-        return None
-
-    def log_text(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def wait_until(self, ready, what: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        retries = PORT_RETRIES
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._log.flush()
-                port_taken = says_port_taken(self.log_path, self._spawned_at)
-                args = self._args_on_new_ports() if port_taken and retries else None
-                if args is None:
-                    raise AssertionError(f"{what} exited with {self.proc.returncode}:\n"
-                                         f"{self.log_text()}")
-                retries -= 1
-                self._spawn(args)
-                continue
-            if ready():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{what} not ready after {START_TIMEOUT_S}s:\n{self.log_text()}")
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        import signal
-        import subprocess
-
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-class RealServer(Child):
-    """`hedgerow server` on loopback free ports, the packaged model on CPU."""
-
-    def __init__(self, log_path, *flags: str) -> None:
-        self._flags = flags
-        super().__init__(log_path, *self._args_on_new_ports())
-
-    def _args_on_new_ports(self) -> tuple[str, ...]:
-        self.port, self.http_port = free_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        return ("server", "--host", "127.0.0.1", "--port", str(self.port), "--http-port",
-                str(self.http_port), "--dtype", "float32", *self._flags)
-
-    def serving(self) -> bool:
-        return server_serving(self.address)
-
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of the samples of `name` on the server's /metrics whose labels include
-        `labels` (0.0 when absent)."""
-        import urllib.request
-
-        from tests.conftest import metric_value
-
-        url = f"http://127.0.0.1:{self.http_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return metric_value(answer.read().decode(), name, **labels)
-
-
-class RealGateway(Child):
-    """`hedgerow gateway` on a loopback free port in front of `servers`; `auth`: the headers
-    carrying an API key, when the gateway has keys (its /readyz names servers only then);
-    `env`: as Child's."""
-
-    def __init__(self, log_path, servers, *flags: str, auth: dict | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        self.auth = auth
-        self._servers, self._flags = servers, flags
-        super().__init__(log_path, *self._args_on_new_ports(), env=env)
-
-    def _args_on_new_ports(self) -> tuple[str, ...]:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        return ("gateway", "--servers", ",".join(self._servers), "--port", str(self.port),
-                "--health-interval", "0.2", *self._flags)
-
-    def ready_replicas(self) -> int:
-        import httpx
-
-        try:
-            answer = httpx.get(self.url + "/readyz", headers=self.auth, timeout=2.0)
-        except httpx.HTTPError:
-            return 0
-        return len(answer.json()["ready_replicas"]) if answer.status_code == 200 else 0
-
-
-def start_stack(tmp_dir, servers: int, *gateway_flags: str, auth: dict | None = None):
-    """`servers` real servers and a gateway over them, all ready (`auth`: as RealGateway's)."""
-    procs = [RealServer(tmp_dir / f"server{i}.log") for i in range(servers)]
-    for proc in procs:
-        proc.wait_until(proc.serving, "server")
-    gateway = RealGateway(tmp_dir / "gateway.log", [p.address for p in procs], *gateway_flags,
-                          auth=auth)
-    gateway.wait_until(lambda: gateway.ready_replicas() == servers, "gateway")
-    return procs, gateway

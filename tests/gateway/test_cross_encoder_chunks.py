@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-import tests.gateway.conftest as conftest
+from tests.children import RealGateway, RealServer
 from tests.conftest import write_cross_encoder
 
 pytestmark = pytest.mark.slow
@@ -31,17 +31,17 @@ def documents() -> list[str]:
 def gateways(tmp_path_factory):
     directory = tmp_path_factory.mktemp("cross-chunks")
     model = str(write_cross_encoder(directory / "reranker", seed=5))
-    servers = [conftest.RealServer(directory / f"server{i}.log", "--model", model,
-                                   "--cpu-threads", "1", "--max-batch-tokens", "128")
+    servers = [RealServer(directory / f"server{i}.log", "--model", model,
+                          "--cpu-threads", "1", "--max-batch-tokens", "128")
                for i in range(2)]
     gateways = []
     try:
         for server in servers:
-            server.wait_until(server.serving, "server")
-        split = conftest.RealGateway(directory / "split.log", [s.address for s in servers],
-                                     "--model", model, "--chunk-tokens", "80")
-        whole = conftest.RealGateway(directory / "whole.log", [servers[0].address],
-                                     "--model", model, "--chunk-tokens", "100000")
+            server.wait_serving()
+        split = RealGateway(directory / "split.log", [s.address for s in servers],
+                            "--model", model, "--chunk-tokens", "80")
+        whole = RealGateway(directory / "whole.log", [servers[0].address],
+                            "--model", model, "--chunk-tokens", "100000")
         gateways = [split, whole]
         split.wait_until(lambda: split.ready_replicas() == 2, "split gateway")
         whole.wait_until(lambda: whole.ready_replicas() == 1, "whole gateway")

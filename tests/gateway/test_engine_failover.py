@@ -9,19 +9,16 @@ are retried on the healthy server), the failing server's health is NOT_SERVING, 
 answers 503 (what the kubelet's liveness probe restarts it on) and /warmup says why.
 """
 
-import json
-import subprocess
 import sys
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2
 
-import tests.gateway.conftest as conftest
-from tests.conftest import child_env
+from tests.children import RealGateway, RealServer
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -29,49 +26,30 @@ MODEL = "all-MiniLM-L6-v2"
 FAULTY_ENGINE = Path(__file__).parents[1] / "server" / "faulty_engine.py"
 
 
-class FaultyServer(conftest.Child):
+class FaultyServer(RealServer):
     """The server app on loopback whose engine turns sticky once `trigger` exists."""
 
     def __init__(self, log_path, trigger: Path) -> None:
-        self.port, self.http_port = conftest.free_port(), conftest.free_port()
+        self._trigger = trigger
+        super().__init__(log_path)
+
+    def _command_on_new_ports(self) -> list[str]:
+        self.port, self.http_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", str(FAULTY_ENGINE), str(self.port), str(self.http_port),
-             str(trigger)], env=child_env(), stdout=self._log, stderr=subprocess.STDOUT)
-
-    def health(self) -> int | None:
-        import grpc
-        from grpc_health.v1 import health_pb2_grpc
-
-        with grpc.insecure_channel(self.address) as channel:
-            try:
-                return health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=5).status
-            except grpc.RpcError:
-                return None
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}",
-                                        timeout=10) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+        return [sys.executable, "-P", str(FAULTY_ENGINE), str(self.port), str(self.http_port),
+                str(self._trigger)]
 
 
 def test_a_server_with_a_sticky_device_error_leaves_traffic_and_clients_see_no_5xx(tmp_path):
     trigger = tmp_path / "break-the-gpu"
     faulty = FaultyServer(tmp_path / "faulty.log", trigger)
-    healthy = conftest.RealServer(tmp_path / "healthy.log")
+    healthy = RealServer(tmp_path / "healthy.log")
     gateway = None
     try:
-        faulty.wait_until(lambda: faulty.health() == health_pb2.HealthCheckResponse.SERVING,
-                          "faulty server")
+        faulty.wait_until(faulty.serving, "faulty server")
         healthy.wait_until(healthy.serving, "healthy server")
-        gateway = conftest.RealGateway(tmp_path / "gateway.log",
-                                       [faulty.address, healthy.address], "--chunk-tokens", "64")
+        gateway = RealGateway(tmp_path / "gateway.log",
+                              [faulty.address, healthy.address], "--chunk-tokens", "64")
         gateway.wait_until(lambda: gateway.ready_replicas() == 2, "gateway")
         texts = [f"hedgerow number {i} shelters wrens and dormice" for i in range(12)]
 
@@ -87,9 +65,11 @@ def test_a_server_with_a_sticky_device_error_leaves_traffic_and_clients_see_no_5
         assert statuses == [200] * 12
 
         assert faulty.health() == health_pb2.HealthCheckResponse.NOT_SERVING
-        status, body = faulty.get("/livez")
-        assert status == 503 and "illegal memory access" in body, body
-        assert json.loads(faulty.get("/warmup")[1])["failed"].startswith("sticky device error")
+        with pytest.raises(urllib.error.HTTPError) as livez:
+            faulty.http_get("/livez")
+        body = livez.value.read().decode()
+        assert livez.value.code == 503 and "illegal memory access" in body, body
+        assert faulty.warmup()["failed"].startswith("sticky device error")
         gateway.wait_until(lambda: gateway.ready_replicas() == 1, "the failing server leaving")
         assert healthy.serving()
         assert "event=engine.failed" in faulty.log_text()

@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -19,12 +20,13 @@ import pytest
 from openai import OpenAI
 
 from hedgerow.commands import serve
-from tests.conftest import hedgerow_command
+from hedgerow.errors import HedgerowError
+from tests.children import RealServe, start_stack
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
 MODEL = "all-MiniLM-L6-v2"
-import tests.gateway.conftest as conftest  # noqa: E402  (process helpers)
 
 
 KEY = "sk-hedgerow-test"
@@ -35,7 +37,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 def stack(tmp_path_factory):
     directory = tmp_path_factory.mktemp("stack")
     (directory / "keys").write_text(f"# test key\n{KEY}\n")
-    servers, gateway = conftest.start_stack(
+    servers, gateway = start_stack(
         directory, 2, "--chunk-tokens", "256", "--max-request-tokens", "20000",
         "--api-keys-file", str(directory / "keys"), auth=AUTH)
     yield servers, gateway
@@ -199,7 +201,7 @@ def test_a_missing_or_wrong_api_key_is_401(stack, headers):
 
 
 def test_killing_a_server_under_load_loses_no_request(tmp_path):
-    servers, gateway = conftest.start_stack(tmp_path, 2, "--chunk-tokens", "128")
+    servers, gateway = start_stack(tmp_path, 2, "--chunk-tokens", "128")
     texts = [f"request text number {i} about hedges and fields" for i in range(40)]
     results, failures = [], []
     done_before_kill = threading.Event()
@@ -240,58 +242,47 @@ def test_killing_a_server_under_load_loses_no_request(tmp_path):
 
 
 @contextlib.contextmanager
-def running_serve(tmp_path, env):
-    """`hedgerow serve` on a free port, once it printed ready: yields (process, port, log
-    path); killed on the way out if the test left it running."""
-    port = conftest.free_port()
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(hedgerow_command("serve", "--port", str(port)), env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + conftest.START_TIMEOUT_S
-            while time.monotonic() < deadline and proc.poll() is None:
-                if "hedgerow serve: ready" in log_path.read_text():
-                    break
-                time.sleep(0.2)
-            yield proc, port, log_path
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+def running_serve(tmp_path):
+    """`hedgerow serve`, once it printed ready; killed on the way out if the test left it
+    running."""
+    served = RealServe(tmp_path / "serve.log")
+    try:
+        served.wait_until(served.ready, "hedgerow serve")
+        yield served
+    finally:
+        served.kill()
 
 
-def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path, subprocess_env):
-    with running_serve(tmp_path, subprocess_env) as (proc, port, log_path):
-        url = f"http://127.0.0.1:{port}"
-        body = embed(url, ["served by hedgerow serve"])
+def test_hedgerow_serve_starts_answers_and_stops_on_sigint(tmp_path):
+    with running_serve(tmp_path) as served:
+        body = embed(served.url, ["served by hedgerow serve"])
         assert len(body["data"][0]["embedding"]) == 384
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
-    text = log_path.read_text()
+        served.proc.send_signal(signal.SIGINT)
+        assert served.proc.wait(60) == 0
+    text = served.log_text()
     assert "hedgerow serve: stopped" in text
     assert "stopping the gateway" in text and "stopping the server" in text
     with pytest.raises(httpx.HTTPError):
-        httpx.get(url + "/healthz", timeout=1)
+        httpx.get(served.url + "/healthz", timeout=1)
 
 
-def test_hedgerow_serve_exits_non_zero_and_stops_the_gateway_when_the_server_dies(
-        tmp_path, subprocess_env):
-    with running_serve(tmp_path, subprocess_env) as (proc, port, log_path):
-        server_pid = int(re.search(r"the server \(pid (\d+)\)", log_path.read_text())[1])
+def test_hedgerow_serve_exits_non_zero_and_stops_the_gateway_when_the_server_dies(tmp_path):
+    with running_serve(tmp_path) as served:
+        server_pid = int(re.search(r"the server \(pid (\d+)\)", served.log_text())[1])
         os.kill(server_pid, signal.SIGKILL)
-        assert proc.wait(60) == 1
-    text = log_path.read_text()
+        assert served.proc.wait(60) == 1
+    text = served.log_text()
     assert "the server exited unexpectedly" in text and "stopping the gateway" in text
     with pytest.raises(httpx.HTTPError):
-        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+        httpx.get(served.url + "/healthz", timeout=1)
 
 
-def test_killing_hedgerow_serve_outright_stops_its_children(tmp_path, subprocess_env):
-    with running_serve(tmp_path, subprocess_env) as (proc, _, log_path):
-        children = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", log_path.read_text())]
-        assert len(children) == 2, log_path.read_text()
-        proc.kill()  # SIGKILL: serve gets no chance to stop them
-        proc.wait(60)
+def test_killing_hedgerow_serve_outright_stops_its_children(tmp_path):
+    with running_serve(tmp_path) as served:
+        pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", served.log_text())]
+        assert len(pids) == 2, served.log_text()
+        served.proc.kill()  # SIGKILL: serve gets no chance to stop them
+        served.proc.wait(60)
 
     def alive(pid):
         try:
@@ -301,12 +292,28 @@ def test_killing_hedgerow_serve_outright_stops_its_children(tmp_path, subprocess
             return False
 
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(alive(pid) for pid in children):
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.2)
-    survivors = [pid for pid in children if alive(pid)]
+    survivors = [pid for pid in pids if alive(pid)]
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
-    assert not survivors, log_path.read_text()
+    assert not survivors, served.log_text()
+
+
+def test_serve_stops_waiting_for_the_gateway_when_the_server_dies_meanwhile():
+    """The gateway's readiness needs a SERVING server: were only the gateway watched while it
+    starts, a server dying then would leave serve waiting until --startup-timeout."""
+    stack = serve.Stack(serve.ServeSettings(startup_timeout=600))
+    stack.children = [("server", subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])),
+                      ("gateway", subprocess.Popen([sys.executable, "-c", "import time; "
+                                                    "time.sleep(600)"]))]
+    stack.children[0][1].wait(60)
+    try:
+        with pytest.raises(HedgerowError, match="the server exited with status 3 while the "
+                                                "gateway started"):
+            stack.wait_until("gateway", lambda: False)
+    finally:
+        stack.stop()
 
 
 def test_serve_picks_other_ports_when_another_process_takes_its_pick_first(
@@ -330,7 +337,7 @@ def test_serve_picks_other_ports_when_another_process_takes_its_pick_first(
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
-        stack = serve.Stack(serve.ServeSettings(port=conftest.free_port()))
+        stack = serve.Stack(serve.ServeSettings(port=free_port()))
         try:
             address = serve.start_server(stack, [])
             assert address == f"127.0.0.1:{picks[2]}" and picks[2] != picks[0]

@@ -13,11 +13,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from hedgerow.commands.serve import server_serving
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
 from tests.certs import DAY, NOW, Authority
+from tests.children import RealGateway, RealServer
 from tests.conftest import child_env, hedgerow_command
-from hedgerow.commands.serve import server_serving
-from tests.gateway.conftest import RealGateway, RealServer
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def stacks(pki, tmp_path_factory):
     secure = RealServer(logs / "tls-server.log", *_flags(pki))
     procs = [plain, secure]
     try:
-        plain.wait_until(plain.serving, "plaintext server")
+        plain.wait_serving()
         secure.wait_until(lambda: _tls_serving(secure.address, pki), "mTLS server")
         plain_gateway = RealGateway(logs / "plain-gateway.log", [plain.address])
         secure_gateway = RealGateway(logs / "tls-gateway.log", [secure.address], *_flags(pki),

@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import pytest
 
-import tests.gateway.conftest as conftest
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
+from tests.children import RealGateway, RealServer
 
 pytestmark = pytest.mark.slow
 
@@ -22,10 +22,10 @@ TIMINGS = ("x-total-time", "x-tokenization-time", "x-queue-time", "x-inference-t
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     directory = tmp_path_factory.mktemp("trail")
-    server = conftest.RealServer(directory / "server.log", "--log-level", "debug")
-    server.wait_until(server.serving, "server")
-    gateway = conftest.RealGateway(directory / "gateway.log", [server.address],
-                                   "--chunk-tokens", "16")
+    server = RealServer(directory / "server.log", "--log-level", "debug")
+    server.wait_serving()
+    gateway = RealGateway(directory / "gateway.log", [server.address],
+                          "--chunk-tokens", "16")
     gateway.wait_until(lambda: gateway.ready_replicas() == 1, "gateway")
     yield server, gateway
     assert gateway.stop() == 0, gateway.log_text()

@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-import tests.gateway.conftest as conftest
+from tests.children import RealGateway, RealServer
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +40,16 @@ def documents() -> list[str]:
 @pytest.fixture(scope="module")
 def stacks(tmp_path_factory):
     directory = tmp_path_factory.mktemp("rerank")
-    servers = [conftest.RealServer(directory / f"server{i}.log", "--cpu-threads", "1",
-                                   "--max-batch-tokens", "128") for i in range(2)]
+    servers = [RealServer(directory / f"server{i}.log", "--cpu-threads", "1",
+                          "--max-batch-tokens", "128") for i in range(2)]
     gateways = []
     try:
         for server in servers:
-            server.wait_until(server.serving, "server")
-        split = conftest.RealGateway(directory / "split.log", [s.address for s in servers],
-                                     "--chunk-tokens", "96")
-        whole = conftest.RealGateway(directory / "whole.log", [servers[0].address],
-                                     "--chunk-tokens", "100000")
+            server.wait_serving()
+        split = RealGateway(directory / "split.log", [s.address for s in servers],
+                            "--chunk-tokens", "96")
+        whole = RealGateway(directory / "whole.log", [servers[0].address],
+                            "--chunk-tokens", "100000")
         gateways = [split, whole]
         split.wait_until(lambda: split.ready_replicas() == 2, "split gateway")
         whole.wait_until(lambda: whole.ready_replicas() == 1, "whole gateway")

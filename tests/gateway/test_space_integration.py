@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from openai import OpenAI
 
-import tests.gateway.conftest as conftest
 from hedgerow import golden_set
 from hedgerow.server.convert import decode_embeddings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
+from tests.children import RealGateway, RealServer
 from tests.conftest import child_env, hedgerow_command
 
 pytestmark = pytest.mark.slow
@@ -36,15 +36,15 @@ TEXTS = [f"hedge number {i} " + "bramble " * (i % 7) for i in range(48)]
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     directory = tmp_path_factory.mktemp("spaces")
-    servers = {dtype: conftest.RealServer(directory / f"{dtype}.log", "--dtype", dtype,
-                                          "--cpu-threads", "1")
+    servers = {dtype: RealServer(directory / f"{dtype}.log", "--dtype", dtype,
+                                 "--cpu-threads", "1")
                for dtype in ("float32", "bfloat16")}
     try:
         for server in servers.values():
-            server.wait_until(server.serving, "server")
-        gateway = conftest.RealGateway(directory / "gateway.log",
-                                       [s.address for s in servers.values()],
-                                       "--chunk-tokens", "64")
+            server.wait_serving()
+        gateway = RealGateway(directory / "gateway.log",
+                              [s.address for s in servers.values()],
+                              "--chunk-tokens", "64")
         gateway.wait_until(lambda: gateway.ready_replicas() == 2, "gateway")
         yield servers, gateway
         assert gateway.stop() == 0, gateway.log_text()
@@ -117,17 +117,17 @@ def test_a_request_whose_space_leaves_mid_way_is_refused_not_finished_in_the_oth
     bound to its space has chunks sent and the rest waiting in the gateway. It is then told to
     drain (SIGTERM, SIGCONT): what it admitted it answers, the rest has only the bfloat16 server
     left, and the request is a 409, not an answer with rows of both."""
-    leaving = conftest.RealServer(tmp_path / "float32.log", "--cpu-threads", "1",
-                                  "--max-inflight-tokens", "128", "--max-request-tokens", "128")
-    staying = conftest.RealServer(tmp_path / "bfloat16.log", "--dtype", "bfloat16",
-                                  "--cpu-threads", "1")
+    leaving = RealServer(tmp_path / "float32.log", "--cpu-threads", "1",
+                         "--max-inflight-tokens", "128", "--max-request-tokens", "128")
+    staying = RealServer(tmp_path / "bfloat16.log", "--dtype", "bfloat16",
+                         "--cpu-threads", "1")
     gateway = None
     try:
         for server in (leaving, staying):
-            server.wait_until(server.serving, "server")
-        gateway = conftest.RealGateway(tmp_path / "gateway.log",
-                                       [leaving.address, staying.address],
-                                       "--chunk-tokens", "64", "--workers", "1")
+            server.wait_serving()
+        gateway = RealGateway(tmp_path / "gateway.log",
+                              [leaving.address, staying.address],
+                              "--chunk-tokens", "64", "--workers", "1")
         gateway.wait_until(lambda: gateway.ready_replicas() == 2, "gateway")
         leaving.proc.send_signal(signal.SIGSTOP)
         # Equal replicas take turns binding requests: by the second, one is bound to the frozen

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1 import (
     trace_service_pb2_grpc,
 )
 
-import tests.gateway.conftest as conftest
+from tests.children import RealGateway, RealServer
 
 pytestmark = pytest.mark.slow
 
@@ -56,13 +56,13 @@ def attributes(span) -> dict:
 def test_one_requests_spans_form_one_tree(collector, tmp_path, monkeypatch):
     sink, endpoint = collector
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # export within 0.1 s, not 5 s
-    server = conftest.RealServer(tmp_path / "server.log", "--otlp-endpoint", endpoint)
+    server = RealServer(tmp_path / "server.log", "--otlp-endpoint", endpoint)
     gateway = None
     try:
-        server.wait_until(server.serving, "server")
-        gateway = conftest.RealGateway(tmp_path / "gateway.log", [server.address],
-                                       "--otlp-endpoint", endpoint, "--workers", "1",
-                                       "--chunk-tokens", "16")
+        server.wait_serving()
+        gateway = RealGateway(tmp_path / "gateway.log", [server.address],
+                              "--otlp-endpoint", endpoint, "--workers", "1",
+                              "--chunk-tokens", "16")
         gateway.wait_until(lambda: gateway.ready_replicas() == 1, "gateway")
         texts = [f"hedgerows shelter wrens and robins, line {i}" for i in range(3)]
         answer = httpx.post(gateway.url + "/v1/embeddings", json={"input": texts},

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from tests.gateway.conftest import RealGateway
+from tests.children import RealGateway
 
 pytestmark = pytest.mark.slow
 

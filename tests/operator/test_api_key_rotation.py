@@ -30,6 +30,7 @@ import pytest
 
 from hedgerow import settings
 from hedgerow.operator import names
+from tests.children import RealGateway
 from tests.gateway import conftest as gateway_helpers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
@@ -93,7 +94,7 @@ class Kubelet:
         del env[settings.env_name("service_dns")]  # --servers in its place
         env.update({KEYS_FILE: str(local / keys_file.name), settings.env_name("host"): "127.0.0.1",
                     settings.env_name("model"): str(self.model_dir)})
-        gateway = gateway_helpers.RealGateway(
+        gateway = RealGateway(
             self.directory / f"{local.name}.log", self.servers, auth=_auth(key), env=env)
         pod = Pod(local, volume["secret"]["secretName"], gateway,
                   env[settings.env_name("served_model_name")])

@@ -16,7 +16,8 @@ from hedgerow.server.app import StoppedWhileLoading, load_engine, serve
 from hedgerow.server.convert import decode_embeddings
 from hedgerow.server_settings import ServerSettings
 from hedgerow.wire import embed_pb2, embed_pb2_grpc
-from tests.server.conftest import embed_request, free_port
+from tests.conftest import free_port
+from tests.server.conftest import embed_request
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
