@@ -44,8 +44,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# What `hedgerow server` and `hedgerow gateway` print when a port they were given is taken.
-PORT_TAKEN = re.compile(r"cannot listen .*in use")
+# What a child prints when a port it was given is taken: `hedgerow server` and `gateway`,
+# `hedgerow serve` checking the ports it was asked for, and Prometheus.
+PORT_TAKEN = re.compile(r"cannot listen .*in use|\d is in use|bind: address already in use")
 PORT_RETRIES = 3  # new ports a child harness tries before it reports the failure
 
 

@@ -1,15 +1,13 @@
 """A real Prometheus (Debian's `prometheus` package, `make prometheus-tools`) for the tests.
 
-Starts `prometheus` on a free loopback port with a given configuration and rule files, its
-storage in a temporary directory, waits for /-/ready, answers instant queries through the HTTP
-API, and stops. Knows nothing about Hedgerow's metrics.
+Starts `prometheus` on a free loopback port (tests/children.py's Child: another on a port taken
+meanwhile) with a given configuration and rule files, its storage in a temporary directory,
+waits for /-/ready, answers instant queries through the HTTP API, and stops. Knows nothing
+about Hedgerow's metrics.
 """
 
 import json
 import shutil
-import signal
-import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -17,9 +15,8 @@ from typing import Any
 
 import yaml
 
+from tests.children import Child
 from tests.conftest import free_port
-
-START_TIMEOUT_S = 60.0
 
 
 def missing_binaries() -> str | None:
@@ -31,43 +28,34 @@ def missing_binaries() -> str | None:
             "installs Debian's prometheus package with apt-get, which needs root")
 
 
-class Prometheus:
+class Prometheus(Child):
     def __init__(self, workdir: Path, scrape_configs: list[dict[str, Any]],
                  rule_files: list[Path] = (), evaluation_interval: str = "1s") -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                              "evaluation_interval": evaluation_interval},
                   "rule_files": [str(path) for path in rule_files],
                   "scrape_configs": scrape_configs}
         self.config_path = workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.log_path = workdir / "prometheus.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={self.config_path}",
-             f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+        self._storage = workdir / "data"
+        super().__init__(workdir / "prometheus.log")
 
-    def log_text(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
+    def _command_on_new_ports(self) -> list[str]:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        return ["prometheus", f"--config.file={self.config_path}",
+                f"--storage.tsdb.path={self._storage}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited with {self.proc.returncode}:\n"
-                                     f"{self.log_text()}")
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus not ready:\n{self.log_text()}")
+        self.wait_until(self.ready, "prometheus")
 
     def api(self, path: str, **params: Any) -> Any:
         """GET /api/v1/PATH?params; the `data` of a successful answer."""
@@ -83,12 +71,3 @@ class Prometheus:
         data = self.api("query", **params)
         assert data["resultType"] == "vector", data
         return data["result"]
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()

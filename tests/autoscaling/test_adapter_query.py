@@ -29,7 +29,8 @@ from hedgerow.operator.manifests import build_all
 from hedgerow.operator.spec import parse
 from tests.autoscaling.prometheus import Prometheus, missing_binaries
 from tests.autoscaling.servicemonitor import endpoint_targets, scrape_jobs
-from tests.conftest import ROOT, child_env, free_port, hedgerow_command
+from tests.children import RealServe, RealServer
+from tests.conftest import ROOT, free_port
 
 pytestmark = pytest.mark.skipif(missing_binaries() is not None,
                                 reason=str(missing_binaries()))
@@ -49,7 +50,6 @@ MAX_REQUESTS = 20_000         # the load is bounded in count as well as in time
 TEXTS = ["Roses are red", "The quick brown fox jumps over the lazy dog near the riverbank",
          "Hedgerows shelter birds, insects and small mammals through the winter months",
          "A short one"]
-START_TIMEOUT_S = 180.0
 
 
 def render_chart() -> list[dict]:
@@ -70,27 +70,29 @@ def adapter_rules(docs: list[dict]) -> dict[str, dict]:
     return {rule["name"]["matches"].strip("^$"): rule for rule in rules}
 
 
-def wait_http(url: str, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode}")
+class ScrapedServe(RealServe):
+    """`hedgerow serve` whose server's ports are picked here, for Prometheus to scrape."""
+
+    def _command_on_new_ports(self) -> list[str]:
+        self.grpc_port, self.http_port = free_port(), free_port()
+        return [*super()._command_on_new_ports(), "--server-port", str(self.grpc_port),
+                "--server-http-port", str(self.http_port)]
+
+
+class WarmingServer(RealServer):
+    """tests/autoscaling/warming_server.py: a server held in its warmup (never SERVING)."""
+
+    def _command_on_new_ports(self) -> list[str]:
+        self.port, self.http_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        return [sys.executable, "-P", str(Path(__file__).with_name("warming_server.py")),
+                str(self.port), str(self.http_port)]
+
+    def answers_metrics(self) -> bool:
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not answer {url}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+            return bool(self.http_get("/metrics"))
+        except OSError:
+            return False
 
 
 def send_load(url: str, seconds: float) -> list[tuple[float, int]]:
@@ -134,44 +136,36 @@ def fleet(tmp_path_factory):
     gateway_container = children[("Deployment", names.gateway_name(service))][
         "spec"]["template"]["spec"]["containers"][0]
 
-    port, grpc_port, http_port = free_port(), free_port(), free_port()
-    warm_grpc, warm_http = free_port(), free_port()
-    log = open(workdir / "stack.log", "wb")
-    stack = subprocess.Popen(
-        hedgerow_command("serve", "--port", str(port), "--server-port", str(grpc_port),
-                         "--server-http-port", str(http_port), "--dtype", "float32",
-                         "--log-level", "warning"),
-        env=child_env(), stdout=log, stderr=subprocess.STDOUT)
-    warming = subprocess.Popen(
-        [sys.executable, "-P", str(Path(__file__).with_name("warming_server.py")),
-         str(warm_grpc), str(warm_http)],
-        env=child_env(), stdout=log, stderr=subprocess.STDOUT)
-    targets = (
-        endpoint_targets(server_service, "minilm-server-5d8c7-serving", server_container,
-                         "127.0.0.1", {"grpc": grpc_port, "metrics": http_port}, ready=True)
-        + endpoint_targets(server_service, "minilm-server-5d8c7-warming", server_container,
-                           "127.0.0.1", {"grpc": warm_grpc, "metrics": warm_http}, ready=False)
-        + endpoint_targets(gateway_service, "minilm-gateway-6f9b4-a", gateway_container,
-                           "127.0.0.1", {"http": port}, ready=True))
-    targets_file = workdir / "targets.json"
-    targets_file.write_text(json.dumps(targets))
+    targets_file = workdir / "targets.json"  # written once the children's ports are known
     jobs = [job for doc in docs if doc["kind"] == "ServiceMonitor"
             for job in scrape_jobs(doc, str(targets_file))]
     rules = next(d for d in docs if d["kind"] == "PrometheusRule")
     rule_file = workdir / "hedgerow-rules.yaml"
     rule_file.write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
-    prometheus = Prometheus(workdir, jobs, [rule_file])
+
+    stack = ScrapedServe(workdir / "stack.log", "--dtype", "float32", "--log-level", "warning")
+    warming = WarmingServer(workdir / "warming.log")
+    prometheus = None
     try:
-        wait_http(f"http://127.0.0.1:{port}/readyz", stack, "hedgerow serve")
-        wait_http(f"http://127.0.0.1:{warm_http}/metrics", warming, "the warming server")
+        stack.wait_until(stack.ready, "hedgerow serve")
+        warming.wait_until(warming.answers_metrics, "the warming server")
+        targets_file.write_text(json.dumps(
+            endpoint_targets(server_service, "minilm-server-5d8c7-serving", server_container,
+                             "127.0.0.1", {"grpc": stack.grpc_port, "metrics": stack.http_port},
+                             ready=True)
+            + endpoint_targets(server_service, "minilm-server-5d8c7-warming", server_container,
+                               "127.0.0.1", {"grpc": warming.port, "metrics": warming.http_port},
+                               ready=False)
+            + endpoint_targets(gateway_service, "minilm-gateway-6f9b4-a", gateway_container,
+                               "127.0.0.1", {"http": stack.port}, ready=True)))
+        prometheus = Prometheus(workdir, jobs, [rule_file])
         prometheus.wait_ready()
-        yield {"url": f"http://127.0.0.1:{port}", "prometheus": prometheus, "docs": docs,
-               "warm_http": warm_http}
+        yield {"url": stack.url, "prometheus": prometheus, "docs": docs}
     finally:
-        prometheus.stop()
-        stop(warming)
-        stop(stack)
-        log.close()
+        if prometheus is not None:
+            prometheus.stop()
+        warming.stop()
+        stack.stop()
 
 
 def wait_until_scraped(prometheus: Prometheus, expected: int) -> list[dict]:
