@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import (PORT_RETRIES, child_env, free_port, hedgerow_command, metric_value,
@@ -146,8 +147,6 @@ class RealGateway(Child):
                                 str(self.port), "--health-interval", "0.2", *self._flags)
 
     def ready_replicas(self) -> int:
-        import httpx
-
         try:
             answer = httpx.get(self.url + "/readyz", headers=self.auth, timeout=2.0)
         except httpx.HTTPError:
