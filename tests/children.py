@@ -5,6 +5,7 @@ a child whose log says so (says_port_taken) starts again on new ports, up to POR
 times, while a test waits for it (`Child.wait_until`).
 """
 
+import abc
 import json
 import signal
 import subprocess
@@ -15,13 +16,14 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hedgerow.commands.serve import server_serving
 from tests.conftest import (PORT_RETRIES, child_env, free_port, hedgerow_command, metric_value,
                             says_port_taken)
 
 START_TIMEOUT_S = 180.0
 
 
-class Child:
+class Child(abc.ABC):
     """A child process with its log in a file; a subclass gives its command line on newly picked
     ports (`_command_on_new_ports`); `env`: variables (HEDGEROW_* settings, say) on top of
     child_env()'s."""
@@ -32,8 +34,9 @@ class Child:
         self._log = open(log_path, "wb")
         self._spawn()
 
+    @abc.abstractmethod
     def _command_on_new_ports(self) -> list[str]:
-        raise NotImplementedError
+        """The command line, on ports picked now (and kept on self for the test)."""
 
     def _spawn(self) -> None:
         command = self._command_on_new_ports()
@@ -96,6 +99,11 @@ class RealServer(Child):
     def _command_on_new_ports(self) -> list[str]:
         self.port, self.http_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
+        return self._command()
+
+    def _command(self) -> list[str]:
+        """The command line on self.port and self.http_port: the server app by another entry
+        point (a test's own script) overrides this."""
         return hedgerow_command("server", "--host", "127.0.0.1", "--port", str(self.port),
                                 "--http-port", str(self.http_port), "--dtype", "float32",
                                 *self._flags)
@@ -110,7 +118,7 @@ class RealServer(Child):
                 return None
 
     def serving(self) -> bool:
-        return self.health() == health_pb2.HealthCheckResponse.SERVING
+        return server_serving(self.address)
 
     def wait_serving(self) -> None:
         self.wait_until(self.serving, "server")

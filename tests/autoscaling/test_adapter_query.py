@@ -82,9 +82,7 @@ class ScrapedServe(RealServe):
 class WarmingServer(RealServer):
     """tests/autoscaling/warming_server.py: a server held in its warmup (never SERVING)."""
 
-    def _command_on_new_ports(self) -> list[str]:
-        self.port, self.http_port = free_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
+    def _command(self) -> list[str]:
         return [sys.executable, "-P", str(Path(__file__).with_name("warming_server.py")),
                 str(self.port), str(self.http_port)]
 

@@ -18,7 +18,6 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from tests.children import RealGateway, RealServer
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +32,7 @@ class FaultyServer(RealServer):
         self._trigger = trigger
         super().__init__(log_path)
 
-    def _command_on_new_ports(self) -> list[str]:
-        self.port, self.http_port = free_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
+    def _command(self) -> list[str]:
         return [sys.executable, "-P", str(FAULTY_ENGINE), str(self.port), str(self.http_port),
                 str(self._trigger)]
 
