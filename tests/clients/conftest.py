@@ -16,6 +16,17 @@ import pytest
 from tests.children import RealServe
 
 ALIAS = "text-embedding-3-small"
+RERANK_QUERY = "Which shrubs make a good hedge for birds?"
+
+
+def rerank_corpus(long_repeats: int) -> tuple[str, list[str]]:
+    """The rerank tests' (long document, documents): the long one is one sentence said
+    `long_repeats` times, past the model's 512 tokens; one document appears twice."""
+    long = " ".join(["hawthorn hedges shelter wrens and robins along the lane"] * long_repeats)
+    return long, ["Hawthorn and blackthorn hedges give birds food and shelter.",
+                  "A stone wall runs beside the lane.", "Motorway verges are mown in May.",
+                  long, "Hawthorn and blackthorn hedges give birds food and shelter.",
+                  "Holly and ivy berries feed thrushes in winter."]
 
 
 @contextlib.contextmanager

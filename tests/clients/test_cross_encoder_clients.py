@@ -15,16 +15,12 @@ import pytest
 import torch
 import transformers
 
-from tests.clients.conftest import running_stack
+from tests.clients.conftest import RERANK_QUERY, rerank_corpus, running_stack
 from tests.conftest import write_cross_encoder
 
 MODEL = "reranker"
-QUERY = "Which shrubs make a good hedge for birds?"
-LONG = " ".join(["hawthorn hedges shelter wrens and robins along the lane"] * 80)
-DOCUMENTS = ["Hawthorn and blackthorn hedges give birds food and shelter.",
-             "A stone wall runs beside the lane.", "Motorway verges are mown in May.",
-             LONG, "Hawthorn and blackthorn hedges give birds food and shelter.",
-             "Holly and ivy berries feed thrushes in winter."]
+QUERY = RERANK_QUERY
+LONG, DOCUMENTS = rerank_corpus(80)
 
 
 @pytest.fixture(scope="module")

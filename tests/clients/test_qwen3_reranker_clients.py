@@ -11,16 +11,12 @@ probabilities (TEI's raw_scores: the log-odds), within 1e-3, in the same order.
 import httpx
 import pytest
 
-from tests.clients.conftest import running_stack
+from tests.clients.conftest import RERANK_QUERY, rerank_corpus, running_stack
 from tests.qwen3_reranker import reference_pairs, reference_scores, write_qwen3_reranker
 
 MODEL = "qwen3-reranker"
-QUERY = "Which shrubs make a good hedge for birds?"
-LONG = " ".join(["hawthorn hedges shelter wrens and robins along the lane"] * 60)
-DOCUMENTS = ["Hawthorn and blackthorn hedges give birds food and shelter.",
-             "A stone wall runs beside the lane.", "Motorway verges are mown in May.",
-             LONG, "Hawthorn and blackthorn hedges give birds food and shelter.",
-             "Holly and ivy berries feed thrushes in winter."]
+QUERY = RERANK_QUERY
+LONG, DOCUMENTS = rerank_corpus(60)
 
 
 @pytest.fixture(scope="module")
