@@ -71,6 +71,21 @@ def subprocess_env() -> dict[str, str]:
     return child_env()
 
 
+def random_pairs(lengths, seed: int, vocab: int, cls: int, sep: int):
+    """Token ids and token type ids of random (query, document) pairs of these lengths, as a
+    BERT tokenizer's pair encoding: [CLS] q [SEP] d [SEP], types 0 then 1."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    ids, types = [], []
+    for q, d in lengths:
+        query = torch.randint(4, vocab, (q,), generator=generator).tolist()
+        document = torch.randint(4, vocab, (d,), generator=generator).tolist()
+        ids.append([cls, *query, sep, *document, sep])
+        types.append([0] * (q + 2) + [1] * (d + 1))
+    return ids, types
+
+
 def write_cross_encoder(directory: Path, seed: int = 0) -> Path:
     """A random-weight BertForSequenceClassification (one logit) of small shapes, saved with
     `save_pretrained` beside the packaged model's tokenizer.json (its vocabulary, so texts

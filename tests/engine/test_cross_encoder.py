@@ -17,6 +17,7 @@ import transformers
 from hedgerow.engine.batch import RaggedBatch
 from hedgerow.engine.engine import Engine, fold_segments
 from hedgerow.errors import ModelLoadError
+from tests.conftest import random_pairs
 
 VOCAB = 301
 CLS, SEP = 2, 3
@@ -41,15 +42,7 @@ CASES = {
 
 
 def _pairs(seed: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids and token type ids of each pair, as a BERT tokenizer's pair encoding."""
-    generator = torch.Generator().manual_seed(seed)
-    ids, types = [], []
-    for q, d in PAIRS:
-        query = torch.randint(4, VOCAB, (q,), generator=generator).tolist()
-        document = torch.randint(4, VOCAB, (d,), generator=generator).tolist()
-        ids.append([CLS, *query, SEP, *document, SEP])
-        types.append([0] * (q + 2) + [1] * (d + 1))
-    return ids, types
+    return random_pairs(PAIRS, seed, VOCAB, CLS, SEP)
 
 
 def _reference_scores(model, ids, types, two_types: bool) -> list[float]:

@@ -20,6 +20,7 @@ import transformers  # noqa: E402
 from hedgerow.engine.batch import RaggedBatch  # noqa: E402
 from hedgerow.engine.engine import Engine, fold_segments  # noqa: E402
 from hedgerow.server.sparse import lexical_weights  # noqa: E402
+from tests.conftest import random_pairs  # noqa: E402
 
 VOCAB = 301
 CLS, SEP = 2, 3
@@ -43,14 +44,7 @@ def _cross_encoder(directory, kind):
 
 
 def _pairs():
-    generator = torch.Generator().manual_seed(9)
-    ids, types = [], []
-    for q, d in PAIRS:
-        query = torch.randint(4, VOCAB, (q,), generator=generator).tolist()
-        document = torch.randint(4, VOCAB, (d,), generator=generator).tolist()
-        ids.append([CLS, *query, SEP, *document, SEP])
-        types.append([0] * (q + 2) + [1] * (d + 1))
-    return ids, types
+    return random_pairs(PAIRS, 9, VOCAB, CLS, SEP)
 
 
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
