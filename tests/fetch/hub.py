@@ -166,6 +166,15 @@ class Hub:
                         "Repository not found", send_body)
         return repo
 
+    def _repo_at(self, handler, repo_id: str, revision: str, send_body: bool):
+        """(repo, commit) for a revision of a repo; commit None once an error is sent."""
+        repo = self._repo(handler, repo_id, send_body)
+        commit = None if repo is None else repo.resolve(revision)
+        if repo is not None and commit is None:
+            self._error(handler, 404, "RevisionNotFound", f"Invalid rev id: {revision}",
+                        send_body)
+        return repo, commit
+
     def _answer(self, handler, body: bool) -> None:
         url = urllib.parse.urlsplit(handler.path)
         path = urllib.parse.unquote(url.path)
@@ -197,12 +206,8 @@ class Hub:
                 return
             self._error(handler, 404, None, "no such route", body)
             return
-        repo = self._repo(handler, repo_id, body)
-        if repo is None:
-            return
-        commit = repo.resolve(revision)
+        repo, commit = self._repo_at(handler, repo_id, revision, body)
         if commit is None:
-            self._error(handler, 404, "RevisionNotFound", f"Invalid rev id: {revision}", body)
             return
         if marker == "/revision/":
             self._json(handler, {"id": repo_id, "modelId": repo_id, "sha": commit,
@@ -216,12 +221,8 @@ class Hub:
 
     def _resolve(self, handler, repo_id: str, revision: str, file_path: str,
                  body: bool) -> None:
-        repo = self._repo(handler, repo_id, body)
-        if repo is None:
-            return
-        commit = repo.resolve(revision)
+        repo, commit = self._repo_at(handler, repo_id, revision, body)
         if commit is None:
-            self._error(handler, 404, "RevisionNotFound", f"Invalid rev id: {revision}", body)
             return
         if file_path not in repo.files:
             self._error(handler, 404, "EntryNotFound", f"{file_path} does not exist", body)
