@@ -31,6 +31,7 @@ This module owns device memory, streams and graphs for one model. It knows nothi
 tokenization, requests or scheduling, and the model math lives in `models/`.
 """
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -70,11 +71,13 @@ class BucketViews(NamedTuple):
     lengths: torch.Tensor       # [S+1]
 
 
-def _bucket_slices(config: Config) -> list[slice]:
-    """Where each of BucketViews' fields lies in a packed bucket buffer."""
+@functools.cache
+def _bucket_slices(config: Config) -> tuple[slice, ...]:
+    """Where each of BucketViews' fields lies in a packed bucket buffer (cached: every step
+    asks)."""
     n, s = config.tokens, config.seq_slots
     edges = (0, n, 2 * n, 3 * n, 3 * n + s + 2, 3 * n + 2 * s + 4, 3 * n + 3 * s + 5)
-    return [slice(start, end) for start, end in zip(edges, edges[1:])]
+    return tuple(slice(start, end) for start, end in zip(edges, edges[1:]))
 
 
 def bucket_views(packed: torch.Tensor, config: Config) -> BucketViews:
@@ -95,12 +98,15 @@ def pack_bucket(feed: RaggedBatch, config: Config, pooling: str) -> torch.Tensor
     whole = packed.numpy()
     ids, pos, seq, cu, starts, lengths = (whole[where] for where in _bucket_slices(config))
     real_cu = feed.cu_seqlens.numpy()
-    real_lengths = np.diff(real_cu)
     ids[:t] = feed.input_ids.numpy()
     ids[t:] = 0
-    seq[:t] = np.repeat(np.arange(b, dtype=np.int32), real_lengths)
+    if b == 1:  # the latency path's batch of one: no repeat, no gather
+        seq[:t] = 0
+        pos[:t] = np.arange(t, dtype=np.int32)
+    else:
+        seq[:t] = np.repeat(np.arange(b, dtype=np.int32), np.diff(real_cu))
+        np.subtract(np.arange(t, dtype=np.int32), real_cu[seq[:t]], out=pos[:t])
     seq[t:] = slots
-    pos[:t] = np.arange(t, dtype=np.int32) - real_cu[:-1][seq[:t]]
     pos[t:] = 0  # any valid position: the padding slot's output is never read
     cu[:b + 1] = real_cu
     cu[b + 1:slots + 1] = t
@@ -108,7 +114,7 @@ def pack_bucket(feed: RaggedBatch, config: Config, pooling: str) -> torch.Tensor
     starts[:] = cu
     if pooling == "cls":
         np.minimum(starts, n - 1, out=starts)
-    lengths[:] = np.diff(cu)
+    np.subtract(cu[1:], cu[:-1], out=lengths)
     if pooling == "mean":
         np.maximum(lengths, 1, out=lengths)  # empty slots: a zero sum over one, not 0/0
     return packed
