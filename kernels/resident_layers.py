@@ -34,10 +34,9 @@ STACKED = ("qkv_w", "qkv_b", "o_w", "o_b", "g1", "b1", "up_w", "up_b", "down_w",
            "b2")
 # The tiles measured fastest on an H100 at BGE-M3's shape: the products' from
 # benchmarks/layer_chain_gpu.py's sweep, with 4 pipeline stages (5 leave no shared memory for
-# attention), and attention's 16 queries a program (against 32 and a whole head). PRELOAD:
-# each product's first weights loaded while its barrier waits (off until measured).
+# attention), and attention's 16 queries a program (against 32 and a whole head).
 TILES = dict(BM=MAX_TOKENS, BK=128, BN_QKV=32, BN_O=32, SPLIT_O=4, BN_UP=32, BN_DOWN=32,
-             SPLIT_DOWN=4, BQ=16, warps=4, stages=4, PRELOAD=False)
+             SPLIT_DOWN=4, BQ=16, warps=4, stages=4)
 
 
 def tiles_for(hidden: int, ff: int, heads: int) -> dict | None:

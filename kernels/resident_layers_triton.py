@@ -28,20 +28,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 def _grid_sync(sync_ptr, target):
     """Wait until the counter reaches `target` (every program has arrived); every store a
     program made before it is visible to every program after it."""
-    _arrive(sync_ptr)
-    _wait(sync_ptr, target)
-
-
-@triton.jit
-def _arrive(sync_ptr):
-    """`_grid_sync`'s first half: count this program in, releasing its stores."""
     tl.debug_barrier()
     tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def _wait(sync_ptr, target):
-    """`_grid_sync`'s second half: wait for the others, acquiring their stores."""
     while tl.load(sync_ptr, volatile=True) < target:
         pass
     tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
@@ -67,113 +55,46 @@ def _step_done(sync_ptr, barrier, programs, FENCE: tl.constexpr):
 
 
 @triton.jit
-def _first_weights(w_ptr, w_row0, N, K, pid, BN: tl.constexpr, BK: tl.constexpr,
-                   SPLIT: tl.constexpr):
-    """The first [BN, BK] slice of the weights of this program's first tile of a product
-    (`_product`'s items; a program without one loads another's), through a plain load."""
-    items = (N // BN) * SPLIT
-    item = pid % items
-    cols = (item % (N // BN)) * BN + tl.arange(0, BN)
-    ks = (item // (N // BN)) * (K // SPLIT) + tl.arange(0, BK)
-    return tl.load(w_ptr + (w_row0 + cols)[:, None] * K + ks[None, :])
-
-
-@triton.jit
-def _step_done_loading(sync_ptr, barrier, programs, w_ptr, w_row0, N, K, pid,
-                       BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                       FENCE: tl.constexpr, PRELOAD: tl.constexpr):
-    """`_step_done` before a product, and with PRELOAD the product's first weights
-    (`_first_weights`) asked for between arriving and waiting: weights do not depend on the
-    step before, so their load runs while the slowest program finishes. Returns the next step's
-    number and those weights (0 without PRELOAD)."""
-    if FENCE:
-        _proxy_fence()
-    _arrive(sync_ptr)
-    if PRELOAD:
-        first = _first_weights(w_ptr, w_row0, N, K, pid, BN, BK, SPLIT)
-    else:
-        first = 0
-    _wait(sync_ptr, barrier * programs)
-    if FENCE:
-        _proxy_fence()
-    return barrier + 1, first
-
-
-@triton.jit
 def _gelu_tanh(x):
     inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
     return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
 
 
 @triton.jit
-def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs, first,
+def _product(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, programs,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-             PARTIAL: tl.constexpr, GELU: tl.constexpr, TMA: tl.constexpr,
-             PRELOAD: tl.constexpr):
+             PARTIAL: tl.constexpr, GELU: tl.constexpr, TMA: tl.constexpr):
     """out = a[:M, :K] w[w_row0:w_row0 + N]^T: with PARTIAL float32 partial sums [SPLIT, M, N],
     one per slice of K; otherwise (SPLIT 1) plus bias (and GELU) in out's dtype [M, N]. With
     TMA, a_src and w_src are tensor descriptors (blocks [BM, BK] and [BN, BK]; rows past M load
-    as zeros), else pointers. With PRELOAD, `first` holds the first slice of the program's
-    first tile's weights (`_first_weights`)."""
-    items = (N // BN) * SPLIT
-    rest = pid
-    if PRELOAD:
-        if pid < items:
-            _tile(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, pid, first, BM, BN, BK,
-                  SPLIT, PARTIAL, GELU, TMA, True)
-        rest = pid + programs
-    for item in range(rest, items, programs):
-        _tile(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, item, first, BM, BN, BK,
-              SPLIT, PARTIAL, GELU, TMA, False)
-
-
-@triton.jit
-def _tile(a_src, lda, w_src, w_row0, b_ptr, out_ptr, M, N, K, item, first,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-          PARTIAL: tl.constexpr, GELU: tl.constexpr, TMA: tl.constexpr, FIRST: tl.constexpr):
-    """One of `_product`'s items: BN columns over one slice of K; with FIRST, the slice's
-    first BK of the weights are `first`, already loaded."""
+    as zeros), else pointers."""
     tiles = N // BN
     k_len = K // SPLIT
     rows = tl.arange(0, BM)
-    cols = (item % tiles) * BN + tl.arange(0, BN)
-    k_start = (item // tiles) * k_len
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    k_from = k_start
-    if FIRST:
-        acc = tl.dot(_activations(a_src, lda, M, k_start, BM, BK, TMA), tl.trans(first), acc)
-        k_from = k_start + BK
-    for k0 in range(k_from, k_start + k_len, BK):
-        a = _activations(a_src, lda, M, k0, BM, BK, TMA)
-        if TMA:
-            w = w_src.load([w_row0 + (item % tiles) * BN, k0])
+    for item in range(pid, tiles * SPLIT, programs):
+        cols = (item % tiles) * BN + tl.arange(0, BN)
+        k_start = (item // tiles) * k_len
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(k_start, k_start + k_len, BK):
+            if TMA:
+                a = a_src.load([0, k0])
+                w = w_src.load([w_row0 + (item % tiles) * BN, k0])
+            else:
+                ks = k0 + tl.arange(0, BK)
+                a = tl.load(a_src + rows[:, None] * lda + ks[None, :], mask=rows[:, None] < M,
+                            other=0.0, cache_modifier=".cg")
+                w = tl.load(w_src + (w_row0 + cols)[:, None] * K + ks[None, :])
+            acc = tl.dot(a, tl.trans(w), acc)
+        mask = rows[:, None] < M
+        if not PARTIAL:
+            acc += tl.load(b_ptr + cols).to(tl.float32)[None, :]
+            if GELU:
+                acc = _gelu_tanh(acc)
+            tl.store(out_ptr + rows[:, None] * N + cols[None, :],
+                     acc.to(out_ptr.dtype.element_ty), mask=mask)
         else:
-            ks = k0 + tl.arange(0, BK)
-            w = tl.load(w_src + (w_row0 + cols)[:, None] * K + ks[None, :])
-        acc = tl.dot(a, tl.trans(w), acc)
-    mask = rows[:, None] < M
-    if not PARTIAL:
-        acc += tl.load(b_ptr + cols).to(tl.float32)[None, :]
-        if GELU:
-            acc = _gelu_tanh(acc)
-        tl.store(out_ptr + rows[:, None] * N + cols[None, :],
-                 acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.store(out_ptr + (item // tiles) * M * N + rows[:, None] * N + cols[None, :], acc,
-                 mask=mask)
-
-
-@triton.jit
-def _activations(a_src, lda, M, k0, BM: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr):
-    """a[:BM, k0:k0 + BK], rows past M as zeros."""
-    if TMA:
-        a = a_src.load([0, k0])
-    else:
-        rows = tl.arange(0, BM)
-        ks = k0 + tl.arange(0, BK)
-        a = tl.load(a_src + rows[:, None] * lda + ks[None, :], mask=rows[:, None] < M,
-                    other=0.0, cache_modifier=".cg")
-    return a
+            tl.store(out_ptr + (item // tiles) * M * N + rows[:, None] * N + cols[None, :], acc,
+                     mask=mask)
 
 
 @triton.jit
@@ -230,62 +151,50 @@ def _attention(qkv_ptr, out_ptr, cu_ptr, seqs, M, H, heads, scale, pid, programs
 
 @triton.jit
 def _bert_layers(x_ptr, a_x, cu_ptr, seqs, qkv_w, qkv_b, o_w, o_b, g1, b1, up_w, up_b, down_w,
-                 down_b, g2, b2, qkv_wp, o_wp, up_wp, down_wp, qkv_buf, attn_buf, a_attn,
-                 attn_lda, h_buf, a_h, u_buf, a_u, partial_buf, sync_ptr, M, H, FF, heads,
-                 layer_count, eps, scale,
+                 down_b, g2, b2, qkv_buf, attn_buf, a_attn, attn_lda, h_buf, a_h, u_buf, a_u,
+                 partial_buf, sync_ptr, M, H, FF, heads, layer_count, eps, scale,
                  BM: tl.constexpr, BK: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr,
                  SPLIT_O: tl.constexpr, BN_UP: tl.constexpr, BN_DOWN: tl.constexpr,
                  SPLIT_DOWN: tl.constexpr, BLOCK_H: tl.constexpr, BQ: tl.constexpr, D: tl.constexpr,
                  SEQ_BLOCK: tl.constexpr, TMA: tl.constexpr, FENCE: tl.constexpr,
-                 ATTENTION: tl.constexpr, PRELOAD: tl.constexpr):
+                 ATTENTION: tl.constexpr):
     """Every layer, in place on x [M, H]; `sync_ptr` a zeroed int32. a_* and the weights are
     what the products load from: the buffers and stacked weights ([layers * N, K]) themselves,
-    or with TMA their tensor descriptors; *_wp the stacked weights as pointers (PRELOAD's
-    loads). Without ATTENTION (benchmarks/layer_chain_gpu.py) the attention step is left out
-    and a_attn is the QKV buffer, its first H columns the output product's input."""
+    or with TMA their tensor descriptors. Without ATTENTION (benchmarks/layer_chain_gpu.py)
+    the attention step is left out and a_attn is the QKV buffer, its first H columns the
+    output product's input."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     barrier = 1
-    first_qkv = 0
-    if PRELOAD:
-        first_qkv = _first_weights(qkv_wp, 0, 3 * H, H, pid, BN_QKV, BK, 1)
     for layer in range(layer_count):
         _product(a_x, H, qkv_w, layer * 3 * H, qkv_b + layer * 3 * H, qkv_buf, M, 3 * H, H,
-                 pid, programs, first_qkv, BM, BN_QKV, BK, 1, False, False, TMA, PRELOAD)
+                 pid, programs, BM, BN_QKV, BK, 1, False, False, TMA)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         if ATTENTION:
-            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
             _attention(qkv_buf, attn_buf, cu_ptr, seqs, M, H, heads, scale, pid, programs, BM,
                        BQ, D, SEQ_BLOCK)
-        barrier, first = _step_done_loading(sync_ptr, barrier, programs, o_wp, layer * H, H, H,
-                                            pid, BN_O, BK, SPLIT_O, FENCE, PRELOAD)
-        _product(a_attn, attn_lda, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs,
-                 first, BM, BN_O, BK, SPLIT_O, True, False, TMA, PRELOAD)
+            barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+        _product(a_attn, attn_lda, o_w, layer * H, o_b, partial_buf, M, H, H, pid, programs, BM,
+                 BN_O, BK, SPLIT_O, True, False, TMA)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, o_b + layer * H, x_ptr, g1 + layer * H, b1 + layer * H, h_buf,
                   M, H, eps, pid, programs, SPLIT_O, BLOCK_H)
-        barrier, first = _step_done_loading(sync_ptr, barrier, programs, up_wp, layer * FF, FF,
-                                            H, pid, BN_UP, BK, 1, FENCE, PRELOAD)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _product(a_h, H, up_w, layer * FF, up_b + layer * FF, u_buf, M, FF, H, pid, programs,
-                 first, BM, BN_UP, BK, 1, False, True, TMA, PRELOAD)
-        barrier, first = _step_done_loading(sync_ptr, barrier, programs, down_wp, layer * H, H,
-                                            FF, pid, BN_DOWN, BK, SPLIT_DOWN, FENCE, PRELOAD)
-        _product(a_u, FF, down_w, layer * H, down_b, partial_buf, M, H, FF, pid, programs,
-                 first, BM, BN_DOWN, BK, SPLIT_DOWN, True, False, TMA, PRELOAD)
+                 BM, BN_UP, BK, 1, False, True, TMA)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
+        _product(a_u, FF, down_w, layer * H, down_b, partial_buf, M, H, FF, pid, programs, BM,
+                 BN_DOWN, BK, SPLIT_DOWN, True, False, TMA)
         barrier = _step_done(sync_ptr, barrier, programs, FENCE)
         _add_norm(partial_buf, down_b + layer * H, h_buf, g2 + layer * H, b2 + layer * H, x_ptr,
                   M, H, eps, pid, programs, SPLIT_DOWN, BLOCK_H)
-        # the next layer's QKV weights (the last layer loads its own again, unused)
-        next_layer = (layer + 1) % layer_count
-        barrier, first_qkv = _step_done_loading(sync_ptr, barrier, programs, qkv_wp,
-                                                next_layer * 3 * H, 3 * H, H, pid, BN_QKV, BK,
-                                                1, FENCE, PRELOAD)
+        barrier = _step_done(sync_ptr, barrier, programs, FENCE)
 
 
 def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     """Run every layer on x [M <= BM, H] (a new tensor; x is not written). `w` holds the
     stacked weights (kernels/resident_layers.py, STACKED); `tiles` the block sizes (and
-    ATTENTION, default on: off, the output product reads the QKV product's first H columns;
-    PRELOAD, default off).
+    ATTENTION, default on: off, the output product reads the QKV product's first H columns).
     Returns (the output, the barrier counter)."""
     m, hidden = x.shape
     layers, ff = w["up_w"].shape[0], w["up_w"].shape[1]
@@ -302,8 +211,7 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     sync = torch.zeros(1, device=x.device, dtype=torch.int32)
     attention = tiles.get("ATTENTION", True)
     a = dict(x=y[:m], attn=attn[:m] if attention else qkv[:m], h=h[:m], u=u[:m])
-    pointers = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
-    weights = pointers
+    weights = {k: w[k].flatten(0, 1) for k in ("qkv_w", "o_w", "up_w", "down_w")}
     tma = tiles["TMA"]
     if tma:
         a = {k: TensorDescriptor.from_tensor(v, [bm, tiles["BK"]]) for k, v in a.items()}
@@ -314,12 +222,12 @@ def bert_layers_triton(x, cu_seqlens, w, heads, eps, tiles, programs):
     _bert_layers[(programs,)](
         y, a["x"], cu_seqlens, seqs, weights["qkv_w"], w["qkv_b"], weights["o_w"], w["o_b"],
         w["g1"], w["b1"], weights["up_w"], w["up_b"], weights["down_w"], w["down_b"], w["g2"],
-        w["b2"], *pointers.values(), qkv, attn, a["attn"], hidden if attention else 3 * hidden,
-        h, a["h"], u, a["u"], partial, sync, m, hidden, ff, heads, layers, eps, head_dim ** -0.5,
-        BM=bm, BK=tiles["BK"], BN_QKV=tiles["BN_QKV"], BN_O=tiles["BN_O"],
-        SPLIT_O=tiles["SPLIT_O"], BN_UP=tiles["BN_UP"], BN_DOWN=tiles["BN_DOWN"],
-        SPLIT_DOWN=tiles["SPLIT_DOWN"], BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"],
-        D=head_dim, SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma,
-        FENCE=tma and x.is_cuda, ATTENTION=attention, PRELOAD=tiles.get("PRELOAD", False),
-        num_warps=tiles["warps"], num_stages=tiles["stages"], launch_cooperative_grid=x.is_cuda)
+        w["b2"], qkv, attn, a["attn"], hidden if attention else 3 * hidden, h, a["h"], u, a["u"],
+        partial, sync, m, hidden, ff, heads, layers, eps, head_dim ** -0.5, BM=bm, BK=tiles["BK"],
+        BN_QKV=tiles["BN_QKV"], BN_O=tiles["BN_O"], SPLIT_O=tiles["SPLIT_O"], BN_UP=tiles["BN_UP"],
+        BN_DOWN=tiles["BN_DOWN"], SPLIT_DOWN=tiles["SPLIT_DOWN"],
+        BLOCK_H=triton.next_power_of_2(hidden), BQ=tiles["BQ"], D=head_dim,
+        SEQ_BLOCK=max(2, triton.next_power_of_2(seqs)), TMA=tma, FENCE=tma and x.is_cuda,
+        ATTENTION=attention, num_warps=tiles["warps"], num_stages=tiles["stages"],
+        launch_cooperative_grid=x.is_cuda)
     return y[:m], sync

@@ -1,9 +1,8 @@
 """kernels/resident_layers.py's kernel against its float32-sum reference on CUDA (tensor-
 descriptor loads on Hopper and newer, pointers before): BGE-M3's sides and two smaller, one
 sequence, ragged batches with empty and one-token sequences, one token and a full tile of 128,
-a CUDA-graph replay on fresh data, and each product's first weights loaded during the barrier
-before it (PRELOAD). Needs CUDA; the engine with and without it is compared by
-benchmarks/resident_gpu.py."""
+and a CUDA-graph replay on fresh data. Needs CUDA; the engine with and without it is compared
+by benchmarks/resident_gpu.py."""
 
 import pytest
 import torch
@@ -12,7 +11,6 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
-from hedgerow.kernels import resident_layers  # noqa: E402
 from hedgerow.kernels.resident_layers import (STACKED, reference_bert_layers,  # noqa: E402
                                               resident_bert_layers)
 
@@ -69,15 +67,3 @@ def test_a_graph_replays_it_on_fresh_data():
             device="cuda").manual_seed(seed)))
         graph.replay()
         _close(out, reference_bert_layers(x, cu, w, heads, 1e-5))
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_preloading_the_first_weights_leaves_the_result_as_it_was(shape, monkeypatch):
-    monkeypatch.setitem(resident_layers.TILES, "PRELOAD", True)
-    hidden, ff, heads, layers = SHAPES[shape]
-    w = _stacked(hidden, ff, layers)
-    lengths = [30, 0, 50, 41]
-    x = torch.randn(sum(lengths), hidden, device="cuda").to(torch.bfloat16)
-    cu = _cu(lengths)
-    _close(resident_bert_layers(x, cu, w, heads, 1e-5),
-           reference_bert_layers(x, cu, w, heads, 1e-5))
